@@ -1,0 +1,74 @@
+"""The one entry point the CLI, the dashboard and notebooks share: scenario in, result out."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from kvsim.engine import Engine, simulate_timeline
+from kvsim.profile import BackendProfile, load_profile
+from kvsim.result import SimResult, Summary
+from kvsim.scenario import Scenario
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    profile: BackendProfile | None = None,
+    memory_limit_bytes: int | None = None,
+    record_events: bool = True,
+) -> SimResult:
+    """Simulate one scenario; a pure function of its arguments.
+
+    Args:
+        scenario: A parsed contract scenario.
+        profile: Backend profile; defaults to the shipped profile of ``scenario.backend``.
+        memory_limit_bytes: Reports the first step whose peak exceeds it.
+        record_events: Keep per-buffer alloc/free events of growth steps.
+    """
+    profile = profile or load_profile(scenario.backend)
+    engine = simulate_timeline(scenario, profile, record_events)
+    low, high = _peak_range(scenario, profile, engine)
+    return SimResult(
+        scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
+        _summary(engine, low, high, memory_limit_bytes),
+    )
+
+
+def _peak(engine: Engine) -> int:
+    return max(run.peak_bytes for run in engine.timeline)
+
+
+def _peak_range(scenario: Scenario, profile: BackendProfile, engine: Engine) -> tuple[int, int]:
+    """Where frees are asynchronous (GPU), the peak under the fastest and slowest completions."""
+    if not profile.is_gpu:
+        return _peak(engine), _peak(engine)
+    peaks = [_peak(engine)]
+    for lag_s in (profile.completion_lag_low_s, profile.completion_lag_high_s):
+        other = simulate_timeline(scenario, replace(profile, completion_lag_s=lag_s), record_events=False)
+        peaks.append(_peak(other))
+    return min(peaks), max(peaks)
+
+
+def _summary(engine: Engine, low: int, high: int, limit_bytes: int | None) -> Summary:
+    runs = engine.timeline
+    peak_run = max(runs, key=lambda r: r.peak_bytes)
+    needed = sum(st.held_rows * c.row_bytes for st in engine.layers for c in st.components)
+    over = None
+    if limit_bytes is not None:
+        over = next((r.first_step for r in runs if r.peak_bytes > limit_bytes), None)
+    return Summary(
+        peak_bytes=peak_run.peak_bytes,
+        peak_step=peak_run.first_step,
+        final_active_bytes=runs[-1].active_bytes,
+        final_kv_bytes=engine.kv_bytes(),
+        steady_kv_bytes=peak_run.kv_bytes,
+        grow_events=engine.grow_events,
+        bytes_copied=engine.bytes_copied,
+        over_allocation_bytes=engine.kv_bytes() - needed,
+        peak_low_bytes=low,
+        peak_high_bytes=high,
+        first_step_over_limit=over,
+        decode_step_s=statistics.median(engine.decode_s) if engine.decode_s else None,
+        growth_step_s=statistics.median(engine.growth_s) if engine.growth_s else None,
+    )

@@ -1,0 +1,170 @@
+"""Views that run many simulations: sweeps, calibration and recommendation (progress bars)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kvsim.dashboard import charts, sweeps
+from kvsim.dashboard.calibration import CALIBRATION_DIR, compare
+from kvsim.dashboard.config import Inputs
+from kvsim.dashboard.params import NO_AXIS, PARAMS, SWEEP_DEFAULTS, SWEEP_POLICIES
+from kvsim.dashboard.views import MIB, simulate_cached
+
+Q = "query-params"
+
+
+def _progress(label: str) -> tuple[Any, sweeps.Progress]:
+    bar = st.progress(0.0, text=label)
+
+    def update(done: int, total: int) -> None:
+        bar.progress(done / max(total, 1), text=f"{label}: {done}/{total}")
+
+    return bar, update
+
+
+def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Records with bytes in MiB; error rows dropped (reported separately)."""
+    frame = pd.DataFrame([r for r in records if "error" not in r])
+    for col in ("peak_bytes", "over_allocation_bytes", "bytes_copied"):
+        if col in frame:
+            frame[sweeps.METRICS[col]] = frame[col] / MIB
+    if "grow_events" in frame:
+        frame[sweeps.METRICS["grow_events"]] = frame["grow_events"]
+    return frame
+
+
+def _errors(records: Sequence[dict[str, Any]]) -> None:
+    bad = [r for r in records if "error" in r]
+    if bad:
+        st.warning(f"{len(bad)} settings are invalid and left out, e.g. {bad[0]['label']}: {bad[0]['error']}")
+
+
+def _base_policy(inputs: Inputs, name: str) -> dict[str, Any]:
+    """The compared policy of that name (its sidebar parameters), else the defaults."""
+    for policy in inputs.policies:
+        if policy["name"] == name:
+            return policy
+    out: dict[str, Any] = {"name": name}
+    out.update({p.field: p.default for p in PARAMS[name] if p.kind != "cap"})
+    return out
+
+
+def _axis(col: Any, name: str, which: str, fields: list[str], field: str, values: str) -> tuple[str | None, str]:
+    options = fields if which == "x" else [NO_AXIS, *fields]
+    chosen = col.selectbox(f"{which} axis", options, options.index(field), key=f"sweep.{name}.{which}", bind=Q)
+    text = col.text_input(f"{which} values", values, key=f"sweep.{name}.{which}_values", bind=Q, disabled=chosen == NO_AXIS)
+    return (None if chosen == NO_AXIS else chosen), text
+
+
+def render_sweeps(inputs: Inputs) -> None:
+    """View 2: heatmaps over two parameters of one policy, and a sweep over the layers' ratio."""
+    top = st.columns(3)
+    name = top[0].selectbox("policy to sweep", SWEEP_POLICIES, SWEEP_POLICIES.index("prealloc"), key="sweep_policy", bind=Q)
+    fields = [p.field for p in PARAMS[name] if p.sweepable or p.kind == "choice"]
+    x_field, x_text, y_field, y_text = SWEEP_DEFAULTS[name]
+    x_field, x_text = _axis(top[1], name, "x", fields, x_field, x_text)
+    y_field, y_text = _axis(top[2], name, "y", fields, y_field, y_text)
+    kinds = {p.field: p.kind for p in PARAMS[name]}
+    try:
+        xs = sweeps.parse_values(x_text, f"{x_field} values", integer=kinds[x_field] != "float")
+        ys = [] if y_field is None else sweeps.parse_values(y_text, f"{y_field} values", integer=kinds[y_field] != "float")
+        cells = sweeps.grid_policies(_base_policy(inputs, name), x_field, xs, y_field, ys)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    bar, update = _progress("sweep")
+    records = sweeps.run_policies(inputs.base, cells, simulate_cached, inputs.kv_limit_bytes, update)
+    bar.empty()
+    _errors(records)
+    frame = _frame(records)
+    if frame.empty:
+        return
+    y_col = y_field or "(none)"
+    frame["x"] = [c[x_field] for c, r in zip(cells, records) if "error" not in r]
+    frame[y_col] = [c[y_field] if y_field else "-" for c, r in zip(cells, records) if "error" not in r]
+    frame = frame.rename(columns={"x": x_field}) if x_field not in frame else frame.assign(**{x_field: frame.pop("x")})
+    grid = st.columns(2)
+    for i, title in enumerate(sweeps.METRICS.values()):
+        grid[i % 2].altair_chart(charts.heatmap_chart(frame, x_field, y_col, title, title), width="stretch")
+    st.download_button("sweep CSV", frame.to_csv(index=False), f"sweep-{name}.csv", "text/csv")
+    _ratio_sweep(inputs)
+
+
+def _ratio_sweep(inputs: Inputs) -> None:
+    st.subheader("Sweep over the ratio")
+    st.caption("The compressed layers' ratio (every layer's, if none is compressed) set to each value, per compared policy.")
+    text = st.text_input("ratios", "1, 4, 16, 64, 128", key="ratios", bind=Q)
+    try:
+        ratios = sweeps.parse_values(text, "ratios")
+    except ValueError as err:
+        st.error(str(err))
+        return
+    bar, update = _progress("ratio sweep")
+    records = sweeps.ratio_sweep(inputs.base, inputs.layers, ratios, inputs.policies, simulate_cached, inputs.kv_limit_bytes, update)
+    bar.empty()
+    _errors(records)
+    frame = _frame(records)
+    if not frame.empty:
+        frame["peak MiB"] = frame["peak_bytes"] / MIB
+        st.altair_chart(charts.ratio_chart(frame), width="stretch")
+
+
+def render_calibration(inputs: Inputs) -> None:
+    """View 4: predicted vs measured peaks of the measurements in data/calibration."""
+    paths = sorted(CALIBRATION_DIR.glob("*.jsonl"))
+    if not paths:
+        st.info(
+            f"No calibration data yet: {CALIBRATION_DIR.name}/ holds no *.jsonl files. "
+            "Run `kvsim calibrate` on a machine with MLX to measure the reference workload; "
+            "this view then compares each measurement with the simulator's prediction."
+        )
+        return
+    bar, update = _progress("predicting")
+    rows, problems = compare(paths, lambda s, limit: simulate_cached(s, limit))
+    update(1, 1)
+    bar.empty()
+    for line in problems[:5]:
+        st.warning(line)
+    if not rows:
+        st.info("No usable measurement in the calibration files.")
+        return
+    frame = pd.DataFrame(rows)
+    abs_err = frame["error %"].abs()
+    c1, c2, c3 = st.columns(3)
+    c1.metric("measurements", len(frame))
+    c2.metric("median |error|", f"{abs_err.median():.2f} %")
+    c3.metric("max |error|", f"{abs_err.max():.2f} %")
+    st.altair_chart(charts.calibration_chart(frame), width="stretch")
+    st.dataframe(frame, hide_index=True, width="stretch")
+
+
+def render_recommend(inputs: Inputs) -> None:
+    """View 5: the candidate setting with the lowest peak under the user's constraints."""
+    c1, c2 = st.columns(2)
+    max_grows = int(c1.number_input("at most N growth events", 0, 1 << 30, 64, key="max_grows", bind=Q))
+    max_over_mib = c2.number_input("at most X MiB over-allocation", 0.0, 1e9, 64.0, key="max_over_mib", bind=Q)
+    candidates = sweeps.candidate_policies(inputs.policies)
+    st.caption(f"{len(candidates)} candidates: each compared policy with its step, seed rows, factor, max size or block rows varied.")
+    bar, update = _progress("candidates")
+    records = sweeps.run_policies(inputs.base, candidates, simulate_cached, inputs.kv_limit_bytes, update)
+    bar.empty()
+    _errors(records)
+    best = sweeps.recommend(records, max_grows, int(max_over_mib * MIB))
+    if best is None:
+        st.warning("No candidate meets the constraints (or every one exceeds the memory limit): relax them.")
+    else:
+        st.success(
+            f"Recommended: **{best['label']}**: peak {best['peak_bytes'] / MIB:,.2f} MiB, "
+            f"{best['grow_events']} growth events, {best['over_allocation_bytes'] / MIB:,.2f} MiB over-allocated."
+        )
+    ok = {r["label"] for r in sweeps.feasible(records, max_grows, int(max_over_mib * MIB))}
+    frame = _frame(records)
+    if frame.empty:
+        return
+    frame.insert(1, "meets constraints", frame["label"].isin(ok))
+    cols = ["label", "meets constraints", *sweeps.METRICS.values()]
+    st.dataframe(frame.sort_values("peak_bytes")[cols], hide_index=True, width="stretch")

@@ -1,0 +1,172 @@
+"""Sweeps and recommendations over policy parameters (pure; the simulator is passed in)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from kvsim.result import SimResult
+from kvsim.scenario import Scenario, parse_scenario
+from policies.parse import PolicyError
+
+Simulate = Callable[[Scenario, "int | None"], SimResult]
+Progress = Callable[[int, int], None]
+Record = dict[str, Any]
+MAX_SWEEP_CELLS = 400
+METRICS: dict[str, str] = {
+    "peak_bytes": "peak (MiB)",
+    "over_allocation_bytes": "over-allocation (MiB)",
+    "grow_events": "growth events",
+    "bytes_copied": "bytes copied (MiB)",
+}
+# Parameter values tried by the recommendation, per policy field.
+CANDIDATES: dict[str, tuple[Any, ...]] = {
+    "step": (64, 128, 256, 512, 1024, 2048),
+    "seed_rows": (256, 1024, 4096),
+    "factor": (1.5, 2),
+    "max_size": (1024, 4096, 16384),
+    "block_rows": (16, 64, 256),
+}
+
+
+def policy_label(policy: Mapping[str, Any]) -> str:
+    """``geometric(seed_rows=256, factor=2)``: the name and every other field."""
+    args = ", ".join(f"{k}={v}" for k, v in sorted(policy.items()) if k != "name")
+    return f"{policy['name']}({args})"
+
+
+def scenario_for(base: Mapping[str, Any], policy: Mapping[str, Any], sid: Any | None = None) -> Scenario:
+    """The base scenario object with ``policy`` (and an id) substituted, parsed.
+
+    Raises:
+        PolicyError: (``ScenarioError`` included) naming the bad field.
+    """
+    return parse_scenario({**base, "policy": dict(policy), "id": policy_label(policy) if sid is None else sid})
+
+
+def summary_record(label: str, result: SimResult) -> Record:
+    """One table row: the label, the policy and every summary number."""
+    return {"label": label, "policy": result.policy, **asdict(result.summary)}
+
+
+def parse_values(text: str, field: str, integer: bool = True, limit: int = 40) -> list[int | float]:
+    """Comma-separated sweep values, e.g. ``"64, 256, 1024"``.
+
+    Raises:
+        ValueError: one line naming the field and the bad value.
+    """
+    values: list[int | float] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            number = float(part)
+        except ValueError:
+            raise ValueError(f"{field}: must be numbers separated by commas, got {part!r}") from None
+        if integer and not number.is_integer():
+            raise ValueError(f"{field}: must be whole numbers, got {part!r}")
+        values.append(int(number) if integer else number)
+    if not values:
+        raise ValueError(f"{field}: give at least one value, got {text!r}")
+    if len(values) > limit:
+        raise ValueError(f"{field}: at most {limit} values, got {len(values)}")
+    return values
+
+
+def grid_policies(
+    policy: Mapping[str, Any], x_field: str, x_values: Sequence[Any], y_field: str | None, y_values: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """One policy per cell of a one- or two-parameter grid (``y_field`` None), other fields kept."""
+    if y_field is None:
+        y_values = [None]
+    if len(x_values) * len(y_values) > MAX_SWEEP_CELLS:
+        raise ValueError(f"sweep: at most {MAX_SWEEP_CELLS} cells, got {len(x_values) * len(y_values)}")
+    if y_field == x_field:
+        raise ValueError(f"sweep: the two axes must be different fields, got {x_field!r} twice")
+    cells = []
+    for y in y_values:
+        for x in x_values:
+            cells.append({**policy, x_field: x} if y_field is None else {**policy, x_field: x, y_field: y})
+    return cells
+
+
+def run_policies(
+    base: Mapping[str, Any],
+    policies: Sequence[Mapping[str, Any]],
+    simulate: Simulate,
+    limit_bytes: int | None = None,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Simulate the base scenario under each policy; invalid ones get an ``error`` record."""
+    records: list[Record] = []
+    for i, policy in enumerate(policies):
+        label = policy_label(policy)
+        try:
+            records.append(summary_record(label, simulate(scenario_for(base, policy), limit_bytes)))
+        except PolicyError as err:
+            records.append({"label": label, "policy": policy["name"], "error": str(err)})
+        if progress is not None:
+            progress(i + 1, len(policies))
+    return records
+
+
+def with_ratio(layers: Sequence[Mapping[str, Any]], ratio: int) -> list[dict[str, Any]]:
+    """Layers with ``ratio`` set on every compressed layer (ratio > 1), or on all if none is."""
+    compressed = any(int(x.get("ratio", 1)) > 1 for x in layers)
+    return [{**x, "ratio": ratio} if not compressed or int(x.get("ratio", 1)) > 1 else dict(x) for x in layers]
+
+
+def ratio_sweep(
+    base: Mapping[str, Any],
+    layers: Sequence[Mapping[str, Any]],
+    ratios: Sequence[int],
+    policies: Sequence[Mapping[str, Any]],
+    simulate: Simulate,
+    limit_bytes: int | None = None,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Every policy at each ratio; records carry ``ratio``."""
+    records: list[Record] = []
+    total, done = len(ratios) * len(policies), 0
+    for ratio in ratios:
+        model_base = {**base, "model": {"layers": with_ratio(layers, ratio)}}
+        for record in run_policies(model_base, policies, simulate, limit_bytes):
+            records.append({"ratio": ratio, **record})
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    return records
+
+
+def candidate_policies(policies: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each policy as given, plus one variant per candidate value of each of its sweepable fields."""
+    out: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        out.setdefault(policy_label(policy), dict(policy))
+        for field, values in CANDIDATES.items():
+            if field not in policy:
+                continue
+            for value in values:
+                variant = {**policy, field: value}
+                out.setdefault(policy_label(variant), variant)
+    return list(out.values())
+
+
+def feasible(records: Sequence[Record], max_grow_events: int | None, max_over_allocation_bytes: int | None) -> list[Record]:
+    """Valid records within the constraints, lowest peak first."""
+    ok = [
+        r
+        for r in records
+        if "error" not in r
+        and (max_grow_events is None or r["grow_events"] <= max_grow_events)
+        and (max_over_allocation_bytes is None or r["over_allocation_bytes"] <= max_over_allocation_bytes)
+        and r.get("first_step_over_limit") is None
+    ]
+    return sorted(ok, key=lambda r: (r["peak_bytes"], r["grow_events"], r["label"]))
+
+
+def recommend(records: Sequence[Record], max_grow_events: int | None, max_over_allocation_bytes: int | None) -> Record | None:
+    """The feasible setting with the lowest peak, or ``None``."""
+    ok = feasible(records, max_grow_events, max_over_allocation_bytes)
+    return ok[0] if ok else None

@@ -1,0 +1,133 @@
+"""The dashboard's views: one ``render_*`` function per tab, all computation in kvsim."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kvsim.dashboard import charts
+from kvsim.dashboard.breakdown import layer_rows
+from kvsim.dashboard.config import Inputs
+from kvsim.dashboard.sweeps import policy_label, scenario_for, summary_record
+from kvsim.result import SimResult
+from kvsim.scenario import Scenario
+from policies.parse import PolicyError
+
+VIEWS: tuple[str, ...] = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
+MIB = charts.MIB
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def simulate_cached(scenario: Scenario, memory_limit_bytes: int | None) -> SimResult:
+    """``kvsim.api.simulate`` keyed on the (hashable, frozen) scenario and the limit."""
+    from kvsim.api import simulate
+
+    return simulate(scenario, memory_limit_bytes=memory_limit_bytes)
+
+
+def compared(inputs: Inputs) -> tuple[dict[str, Scenario], list[str]]:
+    """Each compared policy's scenario by label, and one-line errors of invalid ones."""
+    scenarios, errors = {}, []
+    for policy in inputs.policies:
+        label = policy_label(policy)
+        try:
+            scenarios[label] = scenario_for(inputs.base, policy)
+        except PolicyError as err:
+            errors.append(f"{label}: {err}")
+    return scenarios, errors
+
+
+def results_of(inputs: Inputs) -> tuple[dict[str, SimResult], list[str]]:
+    """Simulated results of the compared policies, and error lines."""
+    scenarios, errors = compared(inputs)
+    return {label: simulate_cached(s, inputs.kv_limit_bytes) for label, s in scenarios.items()}, errors
+
+
+def summary_frame(results: dict[str, SimResult]) -> pd.DataFrame:
+    """Headline numbers per policy, bytes in MiB."""
+    frame = pd.DataFrame([summary_record(label, r) for label, r in results.items()])
+    for col in [c for c in frame.columns if c.endswith("_bytes") or c == "bytes_copied"]:
+        frame[col.replace("_bytes", "") + " MiB"] = frame.pop(col) / MIB
+    return frame
+
+
+def timeline_csv(results: dict[str, SimResult]) -> str:
+    """Every timeline run of every policy as CSV (bytes exact)."""
+    rows = [
+        {"policy": label, **{f: getattr(run, f) for f in run.__slots__}}
+        for label, result in results.items()
+        for run in result.timeline
+    ]
+    return pd.DataFrame(rows).to_csv(index=False)
+
+
+def exports(inputs: Inputs, scenarios: dict[str, Scenario], results: dict[str, SimResult]) -> None:
+    """Download buttons: the scenarios as `kvsim predict` input, summary and timeline CSVs."""
+    objs = [{**inputs.base, "id": label, "policy": dict(s.policy)} for label, s in scenarios.items()]
+    col1, col2, col3 = st.columns(3)
+    col1.download_button("scenarios JSON (kvsim predict)", json.dumps(objs, indent=1), "scenarios.json", "application/json")
+    col2.download_button("summary CSV", summary_frame(results).to_csv(index=False), "summary.csv", "text/csv")
+    col3.download_button("timeline CSV", timeline_csv(results), "timeline.csv", "text/csv")
+
+
+def render_timeline(inputs: Inputs) -> None:
+    """View 1: memory over tokens for each policy, growths marked, the limit drawn."""
+    scenarios, errors = compared(inputs)
+    for line in errors:
+        st.error(line)
+    if not scenarios:
+        return
+    results = {label: simulate_cached(s, inputs.kv_limit_bytes) for label, s in scenarios.items()}
+    limit = inputs.kv_limit_bytes
+    for label, r in results.items():
+        if r.summary.first_step_over_limit is not None:
+            st.warning(f"{label}: exceeds the memory limit (minus weights) at step {r.summary.first_step_over_limit}")
+    st.altair_chart(
+        charts.timeline_chart(charts.timeline_frame(results), charts.growth_frame(results), None if limit is None else limit / MIB),
+        width="stretch",
+    )
+    st.dataframe(summary_frame(results), hide_index=True, width="stretch")
+    exports(inputs, scenarios, results)
+
+
+def render_layers(inputs: Inputs) -> None:
+    """View 3: capacity vs used rows per layer at a chosen token (footprint arithmetic)."""
+    scenarios, errors = compared(inputs)
+    for line in errors:
+        st.error(line)
+    if not scenarios:
+        return
+    total = next(iter(scenarios.values())).workload.total_tokens
+    col1, col2 = st.columns([2, 1])
+    label = col1.selectbox("policy", list(scenarios), key="layers_policy")
+    token = int(col2.number_input("at token", 1, total, total, key="token", bind="query-params"))
+    records = layer_rows(scenarios[label], token)
+    capacity = sum(r["capacity_bytes"] for r in records)
+    used = sum(r["used_bytes"] for r in records)
+    c1, c2, c3 = st.columns(3)
+    c1.metric("KV capacity", f"{capacity / MIB:,.2f} MiB")
+    c2.metric("rows written", f"{used / MIB:,.2f} MiB")
+    c3.metric("over-allocation", f"{(capacity - used) / MIB:,.2f} MiB")
+    st.altair_chart(charts.layers_chart(records), width="stretch")
+    st.dataframe(pd.DataFrame(records), hide_index=True, width="stretch")
+
+
+def render(inputs: Inputs) -> None:
+    """Show input errors, or the tabs with only the open one computed."""
+    from kvsim.dashboard import analysis
+
+    for line in inputs.warnings:
+        st.warning(line)
+    if inputs.errors:
+        for line in inputs.errors:
+            st.error(line)
+        return
+    tabs = st.tabs(VIEWS, key="view", bind="query-params")
+    renderers: list[Any] = [render_timeline, analysis.render_sweeps, render_layers, analysis.render_calibration, analysis.render_recommend]
+    for tab, fn in zip(tabs, renderers):
+        if tab.open:
+            with tab:
+                fn(inputs)

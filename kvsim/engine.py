@@ -1,0 +1,274 @@
+"""The simulator: a simpy process plays the generation step by step, layer by layer.
+
+Growth steps are evaluated op by op (``eval_sim``); runs of decode steps in which no
+layer grows are skipped in bulk: their memory repeats, so a few representative steps
+stand for the whole run. Cost therefore grows with growth events, not with tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import simpy
+
+from kvsim.allocator import Allocator
+from kvsim.eval_sim import Buffer, Buffers, EvalState, run_eval
+from kvsim.graph import StepGraph
+from kvsim.layer_ops import Component, LayerStep, fetch_held, read, update
+from kvsim.profile import BackendProfile
+from kvsim.result import MemoryEvent, TimelineRun
+from kvsim.scenario import Scenario
+from kvsim.spec import LayerSpec
+from policies.growth import Growth, GrowthPolicy, Mechanism, QuantizedPolicy
+
+
+@dataclass(slots=True)
+class LayerState:
+    """One layer's cache between steps: capacity, live rows and its buffers."""
+
+    spec: LayerSpec
+    policy: GrowthPolicy
+    components: tuple[Component, ...]
+    capacity_rows: int = 0
+    held_rows: int = 0
+    buffers: dict[str, int] = field(default_factory=dict)  # component -> buffer id
+    blocks: list[int] = field(default_factory=list)  # paged: earlier blocks (buffer ids)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    active_bytes: int
+    cache_bytes: int
+    peak_bytes: int
+    seconds: float
+    grew: bool
+    copied_bytes: int
+
+
+def components(layer: LayerSpec, policy: GrowthPolicy, batch: int) -> tuple[Component, ...]:
+    """The buffers one layer's cache holds: K and V, or their quantized parts."""
+    isz = layer.itemsize_bytes
+    if isinstance(policy, QuantizedPolicy):
+        packed, scales, biases = policy.component_row_bytes(layer.kv_heads, layer.head_dim, isz)
+        parts = (("packed", packed, 4), ("scales", scales, isz), ("biases", biases, isz))
+        return tuple(Component(f"{kv}.{n}", b * batch, s) for kv in ("K", "V") for n, b, s in parts)
+    return (Component("K", layer.row_bytes * batch, isz), Component("V", layer.row_bytes * batch, isz))
+
+
+class Engine:
+    """Runs one scenario on one backend profile."""
+
+    def __init__(self, scenario: Scenario, profile: BackendProfile, record_events: bool = True) -> None:
+        self.scenario = scenario
+        self.profile = profile
+        self.alloc = Allocator(profile)
+        self.events: list[MemoryEvent] = []
+        self.record_events = record_events
+        self.buffers = Buffers(self.alloc, self._on_event if record_events else None)
+        self.eval_state = EvalState()
+        w = scenario.workload
+        self.layers = [
+            LayerState(lay, pol := scenario.layer_policy(lay), components(lay, pol, w.batch)) for lay in scenario.model.layers
+        ]
+        self.pool_buffers: dict[tuple[int, int, str], int] = {}
+        for shape in scenario.model.shapes():
+            bid = self.buffers.new(0, 0.0)  # the pool is in the baseline: charged 0
+            self.buffers.incref(bid)
+            self.pool_buffers[shape] = bid
+        self.prev_outputs: list[int] = []
+        self.step_index = 0
+        self.timeline: list[TimelineRun] = []
+        self.grow_events = 0
+        self.bytes_copied = 0
+        self.memo: dict[tuple, tuple[int, float]] = {}
+        self.growth_s: list[float] = []
+        self.decode_s: list[float] = []
+
+    def _on_event(self, kind: str, buf: Buffer, t: float) -> None:
+        assert buf.label is not None
+        layer, name = buf.label
+        self.events.append(MemoryEvent(self.step_index, layer, kind, name, buf.length_bytes, t, self.alloc.active_bytes))
+
+    # ---- one step -------------------------------------------------------------------------
+    def plan(self, start: int, n: int) -> list[tuple[LayerState, int, Growth | None]]:
+        out = []
+        for st in self.layers:
+            rows = st.spec.rows_in_step(start, n)
+            growth = st.policy.grow(st.capacity_rows, st.held_rows, rows) if rows else None
+            out.append((st, rows, growth))
+        return out
+
+    def step(self, start: int, n: int) -> StepOutcome:
+        """Build and evaluate one step's graph; update the layers' state."""
+        w, consumer = self.scenario.workload, self.scenario.consumer
+        for bid in self.prev_outputs:  # `outs = []` drops last step's outputs
+            self.buffers.decref(bid, 0.0)
+        self.prev_outputs = []
+        self.alloc.reset_peak()
+        g = StepGraph()
+        leaf_buffers: dict[int, int] = {}
+        pools: dict[tuple[int, int, str], int] = {}
+        written: list[tuple[LayerState, dict[str, int], Growth | None, int]] = []
+        copied = 0
+        for i, (st, rows, growth) in enumerate(self.plan(start, n)):
+            if rows == 0 and st.held_rows == 0:
+                continue
+            lay = st.spec
+            key = (lay.kv_heads, lay.head_dim, lay.dtype)
+            if key not in pools:
+                pools[key] = g.leaf(0, self.pool_buffers[key])
+                leaf_buffers[pools[key]] = self.pool_buffers[key]
+                self.buffers.incref(self.pool_buffers[key])
+            ls = LayerStep(
+                index=i,
+                rows=rows,
+                held_rows=st.held_rows,
+                capacity_rows=st.capacity_rows,
+                growth=growth,
+                pool_rows=w.prefill_chunk,
+                pool=pools[key],
+                k_itemsize_bytes=lay.itemsize_bytes,
+                q_row_bytes=lay.row_bytes * w.batch,
+                batch_heads=lay.kv_heads * w.batch,
+            )
+            old: dict[str, int] = {}
+            for c in st.components:
+                if c.name in st.buffers:
+                    old[c.name] = g.leaf(st.capacity_rows * c.row_bytes, st.buffers[c.name], py_held=rows == 0)
+                    leaf_buffers[old[c.name]] = st.buffers[c.name]
+            fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
+            g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows))
+            if rows:
+                written.append((st, old, growth, rows))
+                if growth is not None and growth.mechanism is not Mechanism.FRESH:
+                    self.grow_events += 1
+                    copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
+        held, seconds = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
+        for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
+            self.buffers.decref(held.pop(bid), seconds)
+        by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
+        for st, old, growth, rows in written:
+            index = self.layers.index(st)
+            if growth is not None:
+                if growth.mechanism is Mechanism.IN_PLACE:
+                    st.blocks.extend(st.buffers.values())
+                st.capacity_rows = growth.capacity_rows
+            st.held_rows = min(st.held_rows + rows, st.capacity_rows)
+            for c in st.components:
+                st.buffers[c.name] = by_label[(index, c.name)]
+        self.prev_outputs = [held[o] for o in g.outputs]
+        self.bytes_copied += copied
+        return StepOutcome(
+            self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, bool(copied), copied
+        )
+
+    # ---- the run ----------------------------------------------------------------------------
+    def kv_bytes(self) -> int:
+        return sum(st.capacity_rows * c.row_bytes for st in self.layers for c in st.components)
+
+    def reserved_rows(self) -> int:
+        return sum(st.capacity_rows for st in self.layers)
+
+    def next_growth_token(self, start: int) -> int:
+        """First decode token index t >= start whose step makes some layer grow."""
+        best = math.inf
+        for st in self.layers:
+            r = st.spec.ratio
+            held_after = st.spec.rows_after(start)
+            if st.capacity_rows == 0:
+                need_rows = max(held_after + 1, 1)
+            elif isinstance(st.policy, type(None)):
+                continue
+            else:
+                need_rows = self._rows_to_grow(st, held_after)
+                if need_rows is None:
+                    continue
+            best = min(best, need_rows * r - 1)  # step from t to t+1 adds row need_rows when t+1 = need_rows*r
+        return int(best) if best != math.inf else 1 << 62
+
+    def _rows_to_grow(self, st: LayerState, held_rows: int) -> int | None:
+        """Smallest row count whose arrival (one at a time) makes the policy grow."""
+        if st.policy.grow(st.capacity_rows, st.capacity_rows, 1) is None:
+            return None  # never grows (a ring at its max size)
+        return max(st.capacity_rows + 1, held_rows + 1)
+
+    def add_run(self, first_token: int, count: int, tokens: int, out: StepOutcome) -> None:
+        self.timeline.append(
+            TimelineRun(
+                self.step_index, count, first_token, tokens, out.active_bytes, out.cache_bytes, out.peak_bytes,
+                self.reserved_rows(), self.kv_bytes(), out.grew,
+            )
+        )
+        self.step_index += count
+
+    def decode_run(self, start: int, count: int) -> StepOutcome:
+        """Steps ``start .. start+count-1`` of one token each, none of which grows."""
+        ratios = sorted({st.spec.ratio for st in self.layers})
+        candidates = {start + count - 1}
+        for r in ratios:
+            t = ((start + count) // r) * r - 1  # last step in the run that gives ratio-r layers a row
+            if t >= start:
+                candidates.add(t)
+        lcm = math.lcm(*ratios)
+        t = ((start + count) // lcm) * lcm - 1
+        if t >= start:
+            candidates.add(t)
+        base_active = self.alloc.active_bytes
+        peak, seconds, last = 0, 0.0, None
+        for t in sorted(candidates):
+            sig = tuple(st.spec.rows_in_step(t, 1) for st in self.layers)
+            key = (sig, self.scenario.consumer == "sdpa" and t)
+            if key not in self.memo:
+                held_before = [st.held_rows for st in self.layers]
+                self._advance_rows(t)
+                out = self.step(t, 1)
+                self.memo[key] = (out.peak_bytes - base_active, out.seconds)
+                for st, h in zip(self.layers, held_before):
+                    st.held_rows = h
+                last = out
+            delta, secs = self.memo[key]
+            peak, seconds = max(peak, base_active + delta), secs
+        self._advance_rows(start + count)
+        self.decode_s.append(seconds)
+        cache = last.cache_bytes if last else self.alloc.cache_bytes
+        return StepOutcome(self.alloc.active_bytes, cache, peak, seconds * count, False, 0)
+
+    def _advance_rows(self, token: int) -> None:
+        for st in self.layers:
+            st.held_rows = min(st.spec.rows_after(token), st.capacity_rows) if st.capacity_rows else 0
+
+    def run(self, env: simpy.Environment):  # noqa: ANN201 - a simpy process
+        """The generation as a simpy process: prefill chunks, then decode in bulk runs."""
+        w = self.scenario.workload
+        start = 0
+        for n in w.step_tokens()[: -w.decode_tokens or None]:
+            out = self.step(start, n)
+            self.add_run(start, 1, n, out)
+            (self.growth_s if out.grew else self.decode_s).append(out.seconds)
+            yield env.timeout(out.seconds)
+            start += n
+        end = w.total_tokens
+        while start < end:
+            grow_at = self.next_growth_token(start)
+            if grow_at > start:
+                count = min(grow_at, end) - start
+                out = self.decode_run(start, count)
+                self.add_run(start, count, 1, out)
+                yield env.timeout(out.seconds)
+                start += count
+                continue
+            out = self.step(start, 1)
+            self.add_run(start, 1, 1, out)
+            (self.growth_s if out.grew else self.decode_s).append(out.seconds)
+            yield env.timeout(out.seconds)
+            start += 1
+
+
+def simulate_timeline(scenario: Scenario, profile: BackendProfile, record_events: bool = True) -> Engine:
+    """Run the engine to completion under a simpy clock; return it for inspection."""
+    env = simpy.Environment()
+    engine = Engine(scenario, profile, record_events)
+    env.process(engine.run(env))
+    env.run()
+    return engine

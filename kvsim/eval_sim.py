@@ -1,0 +1,216 @@
+"""One ``mx.eval`` as a discrete-event run: a host that dispatches, a device that completes.
+
+The host walks MLX's tape: each op allocates its output (or takes a donated input's
+buffer), is dispatched, and drops its references to its inputs. The backend keeps each
+input's buffer until the work holding it completes: a CPU task (``dispatches_per_task``
+dispatches run by a worker thread) or a GPU command buffer (committed every
+``commit_ops`` ops or ``commit_elements`` input elements, freed ``completion_lag_s`` after
+it finishes). The host waits while more than ``max_active_tasks`` tasks are in flight.
+Frees land at their completion times, mallocs at host times; the allocator sees them in
+time order, which is what decides the peak.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvsim.allocator import Allocator
+from kvsim.graph import StepGraph
+from kvsim.profile import BackendProfile
+from kvsim.tape import execution_order
+
+
+@dataclass(slots=True)
+class Buffer:
+    length_bytes: int
+    refs: int = 0
+    label: tuple[int, str] | None = None
+
+
+@dataclass(slots=True)
+class Buffers:
+    """Live buffers with reference counts; a buffer is freed when its count drops to 0."""
+
+    alloc: Allocator
+    on_event: Callable[[str, Buffer, float], None] | None = None
+    table: dict[int, Buffer] = field(default_factory=dict)
+    ids: itertools.count = field(default_factory=itertools.count)
+
+    def new(self, nbytes: int, t: float, label: tuple[int, str] | None = None) -> int:
+        bid = next(self.ids)
+        self.table[bid] = buf = Buffer(self.alloc.malloc(nbytes), 0, label)
+        if self.on_event and label is not None:
+            self.on_event("alloc", buf, t)
+        return bid
+
+    def incref(self, bid: int) -> None:
+        self.table[bid].refs += 1
+
+    def decref(self, bid: int, t: float) -> None:
+        buf = self.table[bid]
+        buf.refs -= 1
+        if buf.refs == 0:
+            del self.table[bid]
+            self.alloc.free(buf.length_bytes)
+            if self.on_event and buf.label is not None:
+                self.on_event("free", buf, t)
+
+
+@dataclass(slots=True)
+class EvalState:
+    """Scheduler state that carries over between evals (the CPU encoder's dispatch phase)."""
+
+    dispatch_phase: int = 0
+
+
+def run_eval(
+    g: StepGraph,
+    leaf_buffers: dict[int, int],
+    buffers: Buffers,
+    profile: BackendProfile,
+    state: EvalState,
+) -> tuple[dict[int, int], float]:
+    """Evaluate ``g.outputs``; return {array id: buffer id} of Python-held arrays and the
+    simulated seconds the step took.
+
+    Args:
+        g: The step graph (creation order = Python program order).
+        leaf_buffers: Buffer ids of persistent leaves (pool, cache state) by array id;
+            their references are transferred to the graph.
+        buffers: Live buffers and the allocator.
+        profile: Backend rules and timing.
+        state: Scheduler state carried between steps.
+    """
+    arrays = g.arrays
+    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
+    scheduled = set(order)
+    buf_of: dict[int, int] = dict(leaf_buffers)
+    pending = [0] * len(arrays)
+    for a in order:
+        for x in arrays[a].inputs:
+            pending[x] += 1
+    for o in g.outputs:
+        arrays[o].py_held = True
+
+    frees: list[tuple[float, int, list[int]]] = []  # (time, seq, buffer ids) from completions
+    seq = itertools.count()
+    host_t = 0.0
+
+    def drain(until: float) -> None:
+        while frees and frees[0][0] <= until:
+            t, _, bids = heapq.heappop(frees)
+            for b in bids:
+                buffers.decref(b, t)
+
+    def release_desc(x: int, t: float) -> None:
+        if not arrays[x].py_held and x in buf_of:
+            buffers.decref(buf_of.pop(x), t)
+
+    # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
+    for i, arr in enumerate(arrays):
+        if arr.eager:
+            buf_of[i] = buffers.new(arr.nbytes, host_t)
+            buffers.incref(buf_of[i])
+    reachable = _reachable(g, scheduled)
+    for i, arr in enumerate(arrays):
+        if arr.eager and i not in reachable:
+            buffers.decref(buf_of.pop(i), host_t)
+        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
+            buffers.decref(buf_of.pop(i), host_t)
+
+    device_free_t = 0.0
+    task_ends: list[float] = []  # completion times of tasks (CPU) or command buffers (GPU)
+    open_held: list[int] = []  # GPU: buffers the open command buffer holds
+    open_ops = 0
+    open_elements = 0
+    open_work_s = 0.0
+
+    def commit(t: float) -> None:
+        nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s
+        if open_ops == 0:
+            return
+        end = max(device_free_t, t) + open_work_s
+        device_free_t = end
+        done = end + profile.completion_lag_s
+        task_ends.append(done)
+        heapq.heappush(frees, (done, next(seq), open_held))
+        open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
+
+    for a in order:
+        arr = arrays[a]
+        host_t += profile.host_node_s + arr.kernels * profile.host_kernel_s
+        drain(host_t)
+        donated = None
+        if arr.is_view:
+            buf_of[a] = buf_of[arr.inputs[0]]
+            buffers.incref(buf_of[a])
+        else:
+            for pos in arr.donors:
+                x = arr.inputs[pos]
+                b = buf_of.get(x)
+                if b is None or pending[x] != 1 or arrays[x].py_held:
+                    continue
+                buf = buffers.table[b]
+                if buf.refs == 1 and arr.nbytes <= buf.length_bytes <= arr.nbytes + 16384:
+                    donated = b
+                    break
+            if donated is not None:
+                buf_of[a] = donated
+                buffers.incref(donated)
+                if arr.label is not None and buffers.table[donated].label is None:
+                    buffers.table[donated].label = arr.label
+            else:
+                buf_of[a] = buffers.new(arr.nbytes, host_t, arr.label)
+                buffers.incref(buf_of[a])
+        held = sorted({buf_of[x] for x in arr.inputs if x in buf_of} - {donated})
+        for b in held:
+            buffers.incref(b)
+        work_s = arr.kernels * profile.device_dispatch_s + arr.work_bytes / profile.device_bytes_per_s
+        if profile.is_gpu:
+            open_held.extend(held)
+            open_ops += 1
+            open_elements += sum(arrays[x].nbytes for x in arr.inputs)
+            open_work_s += work_s
+            if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
+                commit(host_t)
+        else:
+            start = max(device_free_t, host_t)
+            device_free_t = start + work_s + profile.device_dispatch_s  # kernels, then the holder
+            heapq.heappush(frees, (device_free_t, next(seq), held))
+            for _ in range(arr.kernels + 1):
+                state.dispatch_phase = (state.dispatch_phase + 1) % profile.dispatches_per_task
+                if state.dispatch_phase == 0:
+                    task_ends.append(device_free_t)
+        # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
+        in_flight = [t for t in task_ends if t > host_t]
+        if len(in_flight) > profile.max_active_tasks:
+            if profile.is_gpu:
+                commit(host_t)
+                in_flight = [t for t in task_ends if t > host_t]
+            host_t = min(in_flight)
+            drain(host_t)
+        task_ends = [t for t in task_ends if t > host_t]
+        for x in arr.inputs:
+            pending[x] -= 1
+            if pending[x] == 0:
+                release_desc(x, host_t)
+    if profile.is_gpu:
+        commit(host_t)
+    end_t = max([host_t, device_free_t] + [t for t, _, _ in frees])
+    drain(float("inf"))
+    for x in list(buf_of):
+        if not arrays[x].py_held:
+            buffers.decref(buf_of.pop(x), end_t)
+    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t
+
+
+def _reachable(g: StepGraph, scheduled: set[int]) -> set[int]:
+    """Arrays the evaluated ops (or Python) still reference."""
+    seen = set(scheduled) | set(g.outputs)
+    for a in scheduled:
+        seen.update(g.arrays[a].inputs)
+    seen.update(i for i, arr in enumerate(g.arrays) if arr.py_held)
+    return seen

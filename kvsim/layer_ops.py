@@ -1,0 +1,148 @@
+"""The ops one layer adds to a step's graph: the cache update and the consumer's read.
+
+Op for op what mlx-lm's ``KVCache.update_and_fetch`` (and kvsim's caches, which share its
+op sequence) and the contract's consumers build; see ``mx.export_to_dot`` of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.graph import StepGraph
+from policies.growth import Growth, Mechanism
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One buffer of a layer's cache: ``K``, ``V`` or a quantized part such as ``K.scales``."""
+
+    name: str
+    row_bytes: int  # bytes per row including batch
+    itemsize_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStep:
+    """What one layer does in one step."""
+
+    index: int
+    rows: int  # rows this step adds (0: only read)
+    held_rows: int  # rows held before the step
+    capacity_rows: int  # capacity before the step
+    growth: Growth | None
+    pool_rows: int  # rows of the input pool (prefill_chunk)
+    pool: int  # the pool leaf's array id
+    k_itemsize_bytes: int
+    q_row_bytes: int  # bytes of one K row (batch included): new K/V and q rows
+    batch_heads: int  # batch × KV heads (rows of the attention scores per query row)
+
+
+def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dict[str, int]) -> dict[str, int]:
+    """Add the cache update; return each component's returned (sliced) array id.
+
+    ``old`` maps component name to the leaf array holding the buffer before the step.
+    The final SliceUpdate outputs are marked held by Python (the cache's new state).
+    """
+    n, isz = step.rows, step.k_itemsize_bytes
+    whole = n == step.pool_rows
+    quantized = len(comps) > 2
+    new = {
+        "K": g.scaled(step.pool, n * comps[0].row_bytes if not quantized else n * step.q_row_bytes, isz, whole),
+        "V": g.scaled(step.pool, n * comps[0].row_bytes if not quantized else n * step.q_row_bytes, isz, whole),
+    }
+    if quantized:
+        new = _quantize(g, step, comps, new)
+    gr = step.growth
+    base: dict[str, int] = {}
+    if gr is None:
+        base = dict(old)
+    elif gr.mechanism is Mechanism.FRESH:
+        zeros = {c.name: g.zeros(gr.capacity_rows * c.row_bytes, c.itemsize_bytes) for c in comps}
+        if n == gr.capacity_rows:  # slice_update short-circuit: the cache holds the update itself
+            for c in comps:
+                g.arrays[new[c.name]].py_held = True
+                g.arrays[new[c.name]].label = (step.index, c.name)
+            return dict(new)
+        base = zeros
+    elif gr.mechanism is Mechanism.CONCAT and not gr.fills_zeros:  # RotatingKVCache prefill: [kept, new]
+        out = {}
+        for c in comps:
+            kept = g.view("Slice", old[c.name]) if gr.kept_rows < step.capacity_rows else old[c.name]
+            total = gr.capacity_rows * c.row_bytes
+            out[c.name] = g.op("Concatenate", [kept, new[c.name]], total, kernels=2, work_bytes=2 * total)
+            g.arrays[out[c.name]].py_held = True
+            g.arrays[out[c.name]].label = (step.index, c.name)
+        return out
+    elif gr.mechanism is Mechanism.CONCAT:
+        zeros = {c.name: g.zeros(gr.extension_rows * c.row_bytes, c.itemsize_bytes) for c in comps}
+        kept = {
+            c.name: old[c.name] if gr.kept_rows == step.capacity_rows else g.view("Slice", old[c.name]) for c in comps
+        }
+        for c in comps:
+            total = gr.capacity_rows * c.row_bytes
+            base[c.name] = g.op("Concatenate", [kept[c.name], zeros[c.name]], total, kernels=2, work_bytes=2 * total)
+    elif gr.mechanism is Mechanism.REALLOC:
+        for c in comps:
+            fresh = g.zeros(gr.capacity_rows * c.row_bytes, c.itemsize_bytes)
+            prefix = g.view("Slice", old[c.name])
+            moved = gr.kept_rows * c.row_bytes
+            nbytes = g.arrays[fresh].nbytes
+            base[c.name] = g.op("SliceUpdate", [fresh, prefix], nbytes, work_bytes=2 * moved, donors=(0,))
+    else:  # IN_PLACE: new blocks beside the old ones; writes land in the new block
+        for c in comps:
+            base[c.name] = g.zeros(gr.extension_rows * c.row_bytes, c.itemsize_bytes)
+    capacity = gr.capacity_rows if gr is not None else step.capacity_rows
+    out: dict[str, int] = {}
+    for c in comps:
+        nbytes = g.arrays[base[c.name]].nbytes
+        written = g.op("SliceUpdate", [base[c.name], new[c.name]], nbytes, work_bytes=2 * n * c.row_bytes, donors=(0,))
+        g.arrays[written].py_held = True
+        g.arrays[written].label = (step.index, c.name)
+        out[c.name] = written if step.held_rows + n == capacity else g.view("Slice", written)
+    return out
+
+
+def fetch_held(g: StepGraph, step: LayerStep, old: dict[str, int]) -> dict[str, int]:
+    """``cache.state`` of a layer that receives no rows this step: slices when not full."""
+    full = step.held_rows == step.capacity_rows
+    return {name: a if full else g.view("Slice", a) for name, a in old.items()}
+
+
+def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: dict[str, int]) -> dict[str, int]:
+    """``mx.quantize`` of the new K and V: one op with three outputs (packed, scales, biases)."""
+    out: dict[str, int] = {}
+    for kv in ("K", "V"):
+        parts = [c for c in comps if c.name.split(".")[0] == kv]
+        ids = []
+        for c in parts:
+            ids.append(g.op("Quantize", [new[kv]], step.rows * c.row_bytes, work_bytes=2 * step.rows * step.q_row_bytes))
+        for i in ids:
+            g.arrays[i].siblings = [j for j in ids if j != i]
+        out.update({c.name: i for c, i in zip(parts, ids)})
+    return out
+
+
+def read(g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, held_rows_after: int) -> int:
+    """Add the consumer's read of the returned K and V; return the output array id."""
+    isz = step.k_itemsize_bytes
+    keys, values = fetched.get("K", fetched.get("K.packed")), fetched.get("V", fetched.get("V.packed"))
+    if consumer == "sdpa" and "K" in fetched:
+        q_rows = max(step.rows, 1)
+        q = g.scaled(step.pool, q_rows * step.q_row_bytes, isz, q_rows == step.pool_rows)
+        q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
+        scores_bytes = step.batch_heads * q_rows * held_rows_after * isz
+        scores = g.op("Matmul", [q, g.view("Transpose", keys)], scores_bytes, work_bytes=scores_bytes + g.arrays[keys].nbytes)
+        if step.rows > 1:
+            rows_ids = g.view("Broadcast", g.view("ExpandDims", g.op("Arange", [], q_rows * 4)))
+            cols_ids = g.view("Broadcast", g.view("ExpandDims", g.op("Arange", [], held_rows_after * 4)))
+            mask = g.view("Broadcast", g.op("GreaterEqual", [rows_ids, cols_ids], q_rows * held_rows_after))
+            ninf = g.view("Broadcast", g.scalar(isz))
+            scores = g.op("Select", [mask, scores, ninf], scores_bytes, donors=(1,))
+        probs = g.op("Softmax", [scores], scores_bytes, work_bytes=2 * scores_bytes, donors=(0,))
+        out = g.op("Matmul", [probs, values], q_rows * step.q_row_bytes, work_bytes=scores_bytes + g.arrays[values].nbytes)
+        return g.view("Squeeze", g.op("Sum", [out], isz, work_bytes=q_rows * step.q_row_bytes))
+    sums = []
+    for arr in (keys, values):
+        row = g.view("Squeeze", g.view("Slice", arr))
+        sums.append(g.view("Squeeze", g.op("Sum", [row], isz, work_bytes=isz)))
+    return g.op("Add", sums, isz, donors=(0, 1))

@@ -1,0 +1,150 @@
+"""Backend profiles: every allocator rule and timing parameter the simulator uses.
+
+Defaults come from MLX's source (shared/reference/mlx-memory.md); the fields a
+calibration fits are listed in ``FITTED_FIELDS`` and stored in ``data/profiles/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class BackendProfile:
+    """How one MLX backend allocates, frees and schedules.
+
+    Allocator (from MLX's source): ``rounding`` is ``none`` (CPU), ``metal`` or ``cuda``;
+    ``page_bytes`` the rounding page; ``reuse_window_bytes`` the cache's extra-size window;
+    ``cache_limit_bytes`` the buffer-cache limit; ``gc_limit_bytes`` where a GPU malloc miss
+    evicts the cache.
+
+    Scheduling: CPU ops are dispatched to a worker thread in tasks of
+    ``dispatches_per_task``; GPU ops are committed in command buffers of at most
+    ``commit_ops`` ops or ``commit_elements`` input elements (MLX counts elements, not bytes).
+    The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
+    when the task (CPU) or command buffer (GPU) holding them completes.
+
+    Timing (fitted): host seconds per graph node and per kernel launch; device seconds per
+    dispatch plus bytes moved over ``device_bytes_per_s``; ``completion_lag_s`` between a GPU
+    command buffer finishing and its inputs being freed, with the range
+    ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation.
+    """
+
+    name: str
+    mlx_version: str = "0.32.4"
+    status: str = "defaults"
+    rounding: str = "none"
+    page_bytes: int = 4096
+    reuse_window_bytes: int = 8192
+    cache_limit_bytes: int = 32 << 20
+    gc_limit_bytes: int = 1 << 62
+    dispatches_per_task: int = 10
+    max_active_tasks: int = 10
+    commit_ops: int = 0
+    commit_elements: int = 0
+    bfs_max_width: int = 20
+    host_node_s: float = 2.0e-6
+    host_kernel_s: float = 1.0e-6
+    device_dispatch_s: float = 0.5e-6
+    device_bytes_per_s: float = 8.0e9
+    completion_lag_s: float = 0.0
+    completion_lag_low_s: float = 0.0
+    completion_lag_high_s: float = 0.0
+    notes: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.commit_ops > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FITTED_FIELDS: tuple[str, ...] = (
+    "host_node_s",
+    "host_kernel_s",
+    "device_dispatch_s",
+    "device_bytes_per_s",
+    "completion_lag_s",
+    "completion_lag_low_s",
+    "completion_lag_high_s",
+)
+
+DEFAULTS: dict[str, BackendProfile] = {
+    "mlx-cpu": BackendProfile(
+        name="mlx-cpu",
+        notes="no_gpu allocator: no rounding, 32 MiB cache, recycle if cache + size <= limit",
+    ),
+    "mlx-cuda": BackendProfile(
+        name="mlx-cuda",
+        rounding="cuda",
+        page_bytes=16384,
+        reuse_window_bytes=32768,
+        cache_limit_bytes=int(0.95 * 141 * GIB),
+        gc_limit_bytes=int(0.95 * 141 * GIB),
+        commit_ops=100,
+        commit_elements=1000 << 20,
+        host_node_s=4.0e-6,
+        host_kernel_s=4.0e-6,
+        device_dispatch_s=3.0e-6,
+        device_bytes_per_s=2.0e12,
+        completion_lag_s=20e-6,
+        completion_lag_low_s=0.0,
+        completion_lag_high_s=200e-6,
+        notes="H200: graph limits ops=100, 1000 M elements; frees on stream completion",
+    ),
+    "mlx-metal": BackendProfile(
+        name="mlx-metal",
+        status="unverified",
+        rounding="metal",
+        page_bytes=16384,
+        reuse_window_bytes=32768,
+        cache_limit_bytes=int(1.5 * 96 * GIB),
+        gc_limit_bytes=int(0.95 * 96 * GIB),
+        commit_ops=50,
+        commit_elements=50 << 20,
+        host_node_s=3.0e-6,
+        host_kernel_s=3.0e-6,
+        device_dispatch_s=5.0e-6,
+        device_bytes_per_s=4.0e11,
+        completion_lag_s=50e-6,
+        completion_lag_low_s=0.0,
+        completion_lag_high_s=500e-6,
+        notes="Max/Ultra class (50 ops, 50 M elements per command buffer); from MLX's source, not measured",
+    ),
+}
+
+
+@cache
+def load_profile(name: str) -> BackendProfile:
+    """The shipped profile: defaults overlaid with ``data/profiles/<name>.json`` if present."""
+    if name not in DEFAULTS:
+        raise ValueError(f"backend: unknown profile, got {name!r} (known: {', '.join(DEFAULTS)})")
+    path = PROFILES_DIR / f"{name}.json"
+    if not path.exists():
+        return DEFAULTS[name]
+    doc = json.loads(path.read_text())
+    known = {f.name for f in fields(BackendProfile)}
+    return replace(DEFAULTS[name], **{k: v for k, v in doc.get("profile", doc).items() if k in known})
+
+
+def save_profile(profile: BackendProfile, extra: dict[str, Any], directory: Path = PROFILES_DIR) -> Path:
+    """Write ``<directory>/<name>.json`` atomically: the profile plus fit metadata."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{profile.name}.json"
+    text = json.dumps({"profile": profile.to_json(), **extra}, indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{profile.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    load_profile.cache_clear()
+    return path
