@@ -23,7 +23,7 @@ from kvsim.spec import LayerSpec
 from policies.growth import Growth, GrowthPolicy, Mechanism, QuantizedPolicy
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class LayerState:
     """One layer's cache between steps: capacity, live rows and its buffers."""
 
@@ -109,7 +109,7 @@ class Engine:
         g = StepGraph()
         leaf_buffers: dict[int, int] = {}
         pools: dict[tuple[int, int, str], int] = {}
-        written: list[tuple[LayerState, dict[str, int], Growth | None, int]] = []
+        written: list[tuple[int, LayerState, Growth | None, int]] = []
         copied = 0
         for i, (st, rows, growth) in enumerate(self.plan(start, n)):
             if rows == 0 and st.held_rows == 0:
@@ -140,7 +140,7 @@ class Engine:
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
             g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows))
             if rows:
-                written.append((st, old, growth, rows))
+                written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:
                     self.grow_events += 1
                     copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
@@ -148,8 +148,7 @@ class Engine:
         for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
             self.buffers.decref(held.pop(bid), seconds)
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
-        for st, old, growth, rows in written:
-            index = self.layers.index(st)
+        for index, st, growth, rows in written:
             if growth is not None:
                 if growth.mechanism is Mechanism.IN_PLACE:
                     st.blocks.extend(st.buffers.values())

@@ -86,7 +86,7 @@ def run_eval(
     """
     arrays = g.arrays
     order = execution_order(arrays, g.outputs, profile.bfs_max_width)
-    scheduled = set(order)
+    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
     buf_of: dict[int, int] = dict(leaf_buffers)
     pending = [0] * len(arrays)
     for a in order:
@@ -148,6 +148,9 @@ def run_eval(
             buf_of[a] = buf_of[arr.inputs[0]]
             buffers.incref(buf_of[a])
         else:
+            for sib in arr.siblings:  # other outputs of a multi-output primitive
+                buf_of[sib] = buffers.new(arrays[sib].nbytes, host_t, arrays[sib].label)
+                buffers.incref(buf_of[sib])
             for pos in arr.donors:
                 x = arr.inputs[pos]
                 b = buf_of.get(x)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from kvsim.graph import StepGraph
 from policies.growth import Growth, Mechanism
 
+QUANT_PARTS = ("packed", "scales", "biases")
+
 
 @dataclass(frozen=True, slots=True)
 class Component:
@@ -125,8 +127,10 @@ def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: 
 def read(g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, held_rows_after: int) -> int:
     """Add the consumer's read of the returned K and V; return the output array id."""
     isz = step.k_itemsize_bytes
-    keys, values = fetched.get("K", fetched.get("K.packed")), fetched.get("V", fetched.get("V.packed"))
-    if consumer == "sdpa" and "K" in fetched:
+    if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
+        return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz)
+    keys, values = fetched["K"], fetched["V"]
+    if consumer == "sdpa":
         q_rows = max(step.rows, 1)
         q = g.scaled(step.pool, q_rows * step.q_row_bytes, isz, q_rows == step.pool_rows)
         q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
@@ -141,8 +145,20 @@ def read(g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, 
         probs = g.op("Softmax", [scores], scores_bytes, work_bytes=2 * scores_bytes, donors=(0,))
         out = g.op("Matmul", [probs, values], q_rows * step.q_row_bytes, work_bytes=scores_bytes + g.arrays[values].nbytes)
         return g.view("Squeeze", g.op("Sum", [out], isz, work_bytes=q_rows * step.q_row_bytes))
-    sums = []
-    for arr in (keys, values):
+    return _sum_last_rows(g, [keys], [values], isz)
+
+
+def _sum_last_rows(g: StepGraph, keys: list[int], values: list[int], isz: int) -> int:
+    """``sum(k[:, :, -1, :])`` of each part, added left to right: K parts, then V parts."""
+
+    def last_row_sum(arr: int) -> int:
         row = g.view("Squeeze", g.view("Slice", arr))
-        sums.append(g.view("Squeeze", g.op("Sum", [row], isz, work_bytes=isz)))
-    return g.op("Add", sums, isz, donors=(0, 1))
+        return g.view("Squeeze", g.op("Sum", [row], isz, work_bytes=isz))
+
+    def total(parts: list[int]) -> int:
+        acc = last_row_sum(parts[0])
+        for p in parts[1:]:
+            acc = g.op("Add", [acc, last_row_sum(p)], isz, donors=(0, 1))
+        return acc
+
+    return g.op("Add", [total(keys), total(values)], isz, donors=(0, 1))

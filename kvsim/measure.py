@@ -94,7 +94,8 @@ def kvsim_cache(scenario: Scenario, layer_index: int) -> Any:
     """kvsim's drop-in cache for the scenario's policy (``policies.mlx.cache_for``)."""
     from policies.mlx import cache_for
 
-    return cache_for(scenario.policy_dict())
+    ratio = scenario.model.layers[layer_index].ratio
+    return cache_for(scenario.policy_dict(), context_tokens=scenario.workload.total_tokens, ratio=ratio)
 
 
 def run_reference(scenario: Scenario, cache_factory: CacheFactory = reference_cache) -> Measurement:
@@ -143,7 +144,7 @@ def _layer_step(mx: Any, consumer: str, cache: Any, src: Any, rows: int) -> Any:
         keys, values = cache.update_and_fetch(src[:, :, :rows, :] * 0.5, src[:, :, :rows, :] * 0.25)
     else:
         keys, values = _held(cache)
-    if consumer == "sdpa":
+    if consumer == "sdpa" and not isinstance(keys, tuple):
         q = src[:, :, : max(rows, 1), :] * 0.125
         mask = "causal" if rows > 1 else None
         return mx.fast.scaled_dot_product_attention(q, keys, values, scale=1.0, mask=mask).sum()
@@ -151,12 +152,17 @@ def _layer_step(mx: Any, consumer: str, cache: Any, src: Any, rows: int) -> Any:
 
 
 def _last_row_sum(x: Any) -> Any:
-    if isinstance(x, tuple):  # quantized: (packed, scales, biases); read the packed data
-        x = x[0]
+    if isinstance(x, tuple):  # quantized (packed, scales, biases): every part is read
+        total = x[0][:, :, -1, :].sum()
+        for part in x[1:]:
+            total = total + part[:, :, -1, :].sum()
+        return total
     return x[:, :, -1, :].sum()
 
 
 def _held(cache: Any) -> tuple[Any, Any]:
     """The rows a cache holds, without updating it (a compressed layer between rows)."""
-    keys, values = cache.state
+    if hasattr(cache, "keys_and_values"):  # mlx-lm 0.32.2: state is (keys, values, offset[, ...])
+        return cache.keys_and_values()
+    keys, values = cache.state[:2]
     return keys, values
