@@ -8,7 +8,7 @@ stand for the whole run. Cost therefore grows with growth events, not with token
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import simpy
 
@@ -20,7 +20,7 @@ from kvsim.profile import BackendProfile
 from kvsim.result import MemoryEvent, TimelineRun
 from kvsim.scenario import Scenario
 from kvsim.spec import LayerSpec
-from policies.growth import Growth, GrowthPolicy, Mechanism, QuantizedPolicy
+from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, QuantizedPolicy
 
 
 @dataclass(slots=True, eq=False)
@@ -111,6 +111,7 @@ class Engine:
         pools: dict[tuple[int, int, str], int] = {}
         written: list[tuple[int, LayerState, Growth | None, int]] = []
         copied = 0
+        self.barrier_s = 0.0
         for i, (st, rows, growth) in enumerate(self.plan(start, n)):
             if rows == 0 and st.held_rows == 0:
                 continue
@@ -132,6 +133,11 @@ class Engine:
                 q_row_bytes=lay.row_bytes * w.batch,
                 batch_heads=lay.kv_heads * w.batch,
             )
+            if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
+                copied += self.grow_at_barrier(i, st, growth)
+                self.grow_events += 1
+                growth = None
+            ls = replace(ls, capacity_rows=st.capacity_rows, growth=growth)
             old: dict[str, int] = {}
             for c in st.components:
                 if c.name in st.buffers:
@@ -144,7 +150,9 @@ class Engine:
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:
                     self.grow_events += 1
                     copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
-        held, seconds = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
+        barrier_s = self.barrier_s
+        held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
+        seconds = barrier_s + main_s
         for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
             self.buffers.decref(held.pop(bid), seconds)
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
@@ -161,6 +169,26 @@ class Engine:
         return StepOutcome(
             self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, bool(copied), copied
         )
+
+    def grow_at_barrier(self, index: int, st: LayerState, growth: Growth) -> int:
+        """lowpeak: each buffer's ``concat([prefix, zeros])`` evaluated alone (``mx.eval``), in
+        program order, so its old copy is freed before the next buffer grows. Returns bytes copied."""
+        copied = 0
+        for c in st.components:
+            sub = StepGraph()
+            old = sub.leaf(st.capacity_rows * c.row_bytes, st.buffers[c.name], py_held=False)
+            prefix = old if growth.kept_rows == st.capacity_rows else sub.view("Slice", old)
+            total = growth.capacity_rows * c.row_bytes
+            zeros = sub.zeros(growth.extension_rows * c.row_bytes, c.itemsize_bytes)
+            new = sub.op("Concatenate", [prefix, zeros], total, kernels=2, work_bytes=2 * total)
+            sub.arrays[new].label = (index, c.name)
+            sub.outputs.append(new)
+            held, seconds = run_eval(sub, {old: st.buffers[c.name]}, self.buffers, self.profile, self.eval_state)
+            self.barrier_s += seconds
+            st.buffers[c.name] = held[new]
+            copied += growth.kept_rows * c.row_bytes
+        st.capacity_rows = growth.capacity_rows
+        return copied
 
     # ---- the run ----------------------------------------------------------------------------
     def kv_bytes(self) -> int:

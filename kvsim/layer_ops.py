@@ -75,7 +75,7 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
             g.arrays[out[c.name]].py_held = True
             g.arrays[out[c.name]].label = (step.index, c.name)
         return out
-    elif gr.mechanism is Mechanism.CONCAT:
+    elif gr.mechanism in (Mechanism.CONCAT, Mechanism.REALLOC):  # realloc on MLX: concat of the live prefix
         zeros = {c.name: g.zeros(gr.extension_rows * c.row_bytes, c.itemsize_bytes) for c in comps}
         kept = {
             c.name: old[c.name] if gr.kept_rows == step.capacity_rows else g.view("Slice", old[c.name]) for c in comps
@@ -83,13 +83,6 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
         for c in comps:
             total = gr.capacity_rows * c.row_bytes
             base[c.name] = g.op("Concatenate", [kept[c.name], zeros[c.name]], total, kernels=2, work_bytes=2 * total)
-    elif gr.mechanism is Mechanism.REALLOC:
-        for c in comps:
-            fresh = g.zeros(gr.capacity_rows * c.row_bytes, c.itemsize_bytes)
-            prefix = g.view("Slice", old[c.name])
-            moved = gr.kept_rows * c.row_bytes
-            nbytes = g.arrays[fresh].nbytes
-            base[c.name] = g.op("SliceUpdate", [fresh, prefix], nbytes, work_bytes=2 * moved, donors=(0,))
     else:  # IN_PLACE: new blocks beside the old ones; writes land in the new block
         for c in comps:
             base[c.name] = g.zeros(gr.extension_rows * c.row_bytes, c.itemsize_bytes)

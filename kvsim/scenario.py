@@ -66,9 +66,14 @@ class Scenario:
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as a contract JSON object (per-layer model form)."""
-        layers = [
-            {"kv_heads": x.kv_heads, "head_dim": x.head_dim, "dtype": x.dtype, "ratio": x.ratio} for x in self.model.layers
-        ]
+        layers = []
+        for x in self.model.layers:
+            layer = {"kv_heads": x.kv_heads, "head_dim": x.head_dim, "dtype": x.dtype, "ratio": x.ratio}
+            if x.window_rows is not None:
+                layer["window_rows"] = x.window_rows
+            if x.extra_row_bytes:
+                layer["extra_row_bytes"] = x.extra_row_bytes
+            layers.append(layer)
         w = self.workload
         return {
             "id": self.id,

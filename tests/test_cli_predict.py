@@ -1,0 +1,92 @@
+"""`kvsim predict` as the contract says: one JSON line per scenario, errors as lines, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VALID = {
+    "id": "ok",
+    "model": {"n_layers": 2, "kv_heads": 2, "head_dim": 64, "dtype": "float16"},
+    "policy": {"name": "step", "step": 256},
+    "workload": {"prompt_tokens": 300, "prefill_chunk": 128, "decode_tokens": 300, "batch": 1},
+}
+
+
+def predict(tmp_path: Path, doc: object, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "s.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return subprocess.run(
+        [sys.executable, "-m", "kvsim.cli", "predict", str(path), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_valid_scenarios_predicted_in_order(tmp_path: Path) -> None:
+    second = {**VALID, "id": 7, "model": {"preset": "llama-3.1-8b"}, "backend": "mlx-cuda"}
+    out = predict(tmp_path, [VALID, second])
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert [x["id"] for x in lines] == ["ok", 7]
+    assert lines[1]["backend"] == "mlx-cuda"
+    for line in lines:
+        assert line["peak_bytes"] >= line["final_active_bytes"] > 0
+        assert line["peak_low_bytes"] <= line["peak_bytes"] <= line["peak_high_bytes"]
+
+
+def test_backend_flag_overrides(tmp_path: Path) -> None:
+    out = predict(tmp_path, [VALID], "--backend", "mlx-metal")
+    assert json.loads(out.stdout)["backend"] == "mlx-metal"
+
+
+BAD = [
+    ({"policy": {"name": "nope"}}, "policy.name"),
+    ({"model": {"preset": "gpt-9"}}, "model.preset"),
+    ({"workload": {**VALID["workload"], "prompt_tokens": -5}}, "workload.prompt_tokens"),
+    ({"workload": {**VALID["workload"], "prefill_chunk": 0}}, "workload.prefill_chunk"),
+    ({"model": {"layers": [{"kv_heads": 1, "head_dim": 8, "ratio": 0}]}}, "model.layers[0].ratio"),
+    ({"policy": {"name": "geometric", "seed_rows": 64, "factor": 1.0}}, "policy.factor"),
+    ({"policy": {"name": "geometric", "seed_rows": 64, "cap": 32}}, "policy.cap"),
+    ({"model": {"n_layers": "32", "kv_heads": 2, "head_dim": 64}}, "model.n_layers"),
+    ({"workload": {"prompt_tokens": 10}}, "workload.prefill_chunk"),
+    ({"model": {"n_layers": 2, "kv_heads": 2, "head_dim": 64, "dtype": "int8"}}, "model.dtype"),
+    ({"workload": {**VALID["workload"], "decode_tokens": 10**12}}, "workload.decode_tokens"),
+    ({"policy": {"name": "step", "step": 1}, "workload": {**VALID["workload"], "decode_tokens": 1_000_000}}, "policy"),
+]
+
+
+@pytest.mark.parametrize(("patch", "field"), BAD)
+def test_invalid_scenario_is_one_error_line_and_others_still_predicted(tmp_path: Path, patch: dict, field: str) -> None:
+    out = predict(tmp_path, [{**VALID, **patch, "id": "bad"}, VALID])
+    assert out.returncode == 2
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and "Traceback" not in out.stderr
+    error = json.loads(lines[0])
+    assert error["id"] == "bad" and error["error"].startswith(field + ":")
+    assert "\n" not in error["error"]
+    assert json.loads(lines[1])["id"] == "ok" and "peak_bytes" in json.loads(lines[1])
+
+
+@pytest.mark.parametrize("doc", ["{not json", "42", ""])
+def test_unreadable_file_is_one_line(tmp_path: Path, doc: str) -> None:
+    out = predict(tmp_path, doc)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "kvsim.cli", "predict", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_simulate_formats(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([VALID]))
+    for args, check in (([], "peak"), (["--json"], '"timeline"'), (["--csv"], "first_step")):
+        out = subprocess.run([sys.executable, "-m", "kvsim.cli", "simulate", str(path), *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and check in out.stdout
