@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -100,7 +101,7 @@ def run_eval(
     host_t = 0.0
 
     def drain(until: float) -> None:
-        while frees and frees[0][0] <= until:
+        while frees and frees[0][0] <= until:  # noqa: SIM113
             t, _, bids = heapq.heappop(frees)
             for b in bids:
                 buffers.decref(b, t)
@@ -122,7 +123,7 @@ def run_eval(
             buffers.decref(buf_of.pop(i), host_t)
 
     device_free_t = 0.0
-    task_ends: list[float] = []  # completion times of tasks (CPU) or command buffers (GPU)
+    task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
     open_held: list[int] = []  # GPU: buffers the open command buffer holds
     open_ops = 0
     open_elements = 0
@@ -168,9 +169,12 @@ def run_eval(
             else:
                 buf_of[a] = buffers.new(arr.nbytes, host_t, arr.label)
                 buffers.incref(buf_of[a])
-        held = sorted({buf_of[x] for x in arr.inputs if x in buf_of} - {donated})
-        for b in held:
-            buffers.incref(b)
+        held = []
+        for x in arr.inputs:
+            b = buf_of.get(x)
+            if b is not None and b != donated and b not in held:
+                held.append(b)
+                buffers.table[b].refs += 1
         work_s = arr.kernels * profile.device_dispatch_s + arr.work_bytes / profile.device_bytes_per_s
         if profile.is_gpu:
             open_held.extend(held)
@@ -188,14 +192,13 @@ def run_eval(
                 if state.dispatch_phase == 0:
                     task_ends.append(device_free_t)
         # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
-        in_flight = [t for t in task_ends if t > host_t]
-        if len(in_flight) > profile.max_active_tasks:
+        while task_ends and task_ends[0] <= host_t:
+            task_ends.popleft()
+        if len(task_ends) > profile.max_active_tasks:
             if profile.is_gpu:
                 commit(host_t)
-                in_flight = [t for t in task_ends if t > host_t]
-            host_t = min(in_flight)
+            host_t = task_ends.popleft()
             drain(host_t)
-        task_ends = [t for t in task_ends if t > host_t]
         for x in arr.inputs:
             pending[x] -= 1
             if pending[x] == 0:
