@@ -7,7 +7,8 @@ import sys
 import warnings
 from typing import Any
 
-from kvsim.calibrate import DEFAULT_OUT, SWEEPS
+from kvsim.calibrate import DEFAULT_OUT
+from kvsim.calibrate_sweep import SWEEPS
 
 
 def _positive_int(text: str) -> int:
@@ -50,7 +51,8 @@ def _one_line_warning(message: Any, category: Any, filename: str, lineno: int, l
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Run the subcommand; errors are one line on stderr and exit status 2."""
-    from kvsim.calibrate import build_sweep, calibrate
+    from kvsim.calibrate import calibrate
+    from kvsim.calibrate_sweep import build_sweep
     from kvsim.datafile import CalibrationFileError
     from kvsim.scenario import ScenarioError
 

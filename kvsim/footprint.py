@@ -42,7 +42,9 @@ def growth_events(policy: GrowthPolicy, layer: LayerSpec, step_tokens: Iterable[
     Returns:
         ``(token_index, capacity_rows)`` per event, where ``token_index`` is the number
         of tokens fed through the end of the step that caused it. A layer that receives
-        no rows in a step is not updated in it (the contract's rule).
+        no rows in a step is not updated in it (the contract's rule). A rotating cache's
+        trim back to its window on a single-row update is an event too (its capacity
+        shrinks); ``RotatingPolicy.grow`` alone does not report it.
     """
     events: list[tuple[int, int]] = []
     capacity = held = tokens = 0
@@ -55,6 +57,9 @@ def growth_events(policy: GrowthPolicy, layer: LayerSpec, step_tokens: Iterable[
         held += add
         if grown is not None:
             capacity = grown.capacity_rows
+            events.append((tokens, capacity))
+        elif add == 1 and isinstance(policy, RotatingPolicy) and capacity > policy.max_size_rows:
+            capacity = policy.max_size_rows  # mlx-lm's _update_in_place trims a prefill's excess
             events.append((tokens, capacity))
     return events
 

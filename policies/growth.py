@@ -163,9 +163,7 @@ class PagedPolicy:
 class RotatingPolicy:
     """mlx-lm ``RotatingKVCache(max_size, keep)``: step growth to ``max_size``, then a ring.
 
-    Single-row updates grow by ``min(step, max_size - held)`` and then write in place;
-    a buffer left above ``max_size`` by a multi-row update is first trimmed back to
-    ``max_size`` rows (a concatenate copy, reported as a ``Growth`` with no extension).
+    Single-row updates grow by ``min(step, max_size - held)`` and then write in place.
     Multi-row updates rebuild the buffer: the last ``max_size - 1`` rows (``keep`` first
     rows included) concatenated with the new rows.
     """
@@ -181,9 +179,7 @@ class RotatingPolicy:
                 return Growth(add_rows, Mechanism.FRESH, fills_zeros=False)
             kept = min(held_rows, self.max_size_rows - 1)
             return Growth(kept + add_rows, Mechanism.CONCAT, kept_rows=kept, fills_zeros=False)
-        if capacity_rows > self.max_size_rows:  # mlx-lm's _update_in_place trims to max_size
-            return Growth(self.max_size_rows, Mechanism.CONCAT, kept_rows=self.max_size_rows, fills_zeros=False)
-        if capacity_rows == self.max_size_rows or _fits(capacity_rows, held_rows, add_rows):
+        if capacity_rows >= self.max_size_rows or _fits(capacity_rows, held_rows, add_rows):
             return None
         extension = min(self.step_rows, self.max_size_rows - held_rows)
         if capacity_rows == 0:

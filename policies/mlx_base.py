@@ -188,8 +188,9 @@ class PolicyKVCache:
         """Bytes of the whole capacity (as mlx-lm reports it), not just the live rows."""
         return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
 
-    def make_mask(self, *args: Any, **kwargs: Any) -> Any:
-        return create_attention_mask(*args, offset=self.offset, **kwargs)
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:  # noqa: N803
+        """The attention mask for ``N`` new rows, as mlx-lm's ``KVCache.make_mask``."""
+        return create_attention_mask(N, offset=self.offset, return_array=return_array, window_size=window_size)
 
     def is_trimmable(self) -> bool:
         return True

@@ -159,5 +159,7 @@ def policy_from_dict(
         raise PolicyError(f"{where}.name", name, f"unknown policy (known: {', '.join(POLICY_NAMES)})")
     unknown = sorted(set(obj) - {"name", *_FIELDS[name]}, key=str)
     if unknown:
-        raise PolicyError(f"{where}.{unknown[0]}", obj[unknown[0]], f"unknown field for policy {name!r}")
+        key = unknown[0]
+        label = key if isinstance(key, str) and key.isprintable() else repr(key)  # keep the message one line
+        raise PolicyError(f"{where}.{label}", obj[key], f"unknown field for policy {name!r}")
     return _BUILD[name](obj, where, ratio, context_tokens)

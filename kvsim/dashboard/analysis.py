@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from kvsim.dashboard import charts, sweeps
-from kvsim.dashboard.calibration import CALIBRATION_DIR, compare
+from kvsim.dashboard.calibration import calibration_dir, compare
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.params import NO_AXIS, PARAMS, SWEEP_DEFAULTS, SWEEP_POLICIES
 from kvsim.dashboard.views import MIB, simulate_cached
@@ -79,14 +79,13 @@ def render_sweeps(inputs: Inputs) -> None:
     bar, update = _progress("sweep")
     records = sweeps.run_policies(inputs.base, cells, simulate_cached, inputs.kv_limit_bytes, update)
     bar.empty()
+    y_col = y_field or NO_AXIS
+    for cell, record in zip(cells, records):
+        record[x_field], record[y_col] = cell[x_field], cell[y_field] if y_field else "-"
     _errors(records)
     frame = _frame(records)
     if frame.empty:
         return
-    y_col = y_field or "(none)"
-    frame["x"] = [c[x_field] for c, r in zip(cells, records) if "error" not in r]
-    frame[y_col] = [c[y_field] if y_field else "-" for c, r in zip(cells, records) if "error" not in r]
-    frame = frame.rename(columns={"x": x_field}) if x_field not in frame else frame.assign(**{x_field: frame.pop("x")})
     grid = st.columns(2)
     for i, title in enumerate(sweeps.METRICS.values()):
         grid[i % 2].altair_chart(charts.heatmap_chart(frame, x_field, y_col, title, title), width="stretch")
@@ -115,10 +114,10 @@ def _ratio_sweep(inputs: Inputs) -> None:
 
 def render_calibration(inputs: Inputs) -> None:
     """View 4: predicted vs measured peaks of the measurements in data/calibration."""
-    paths = sorted(CALIBRATION_DIR.glob("*.jsonl"))
+    paths = sorted(calibration_dir().glob("*.jsonl"))
     if not paths:
         st.info(
-            f"No calibration data yet: {CALIBRATION_DIR.name}/ holds no *.jsonl files. "
+            "No calibration data yet: data/calibration/ holds no *.jsonl files. "
             "Run `kvsim calibrate` on a machine with MLX to measure the reference workload; "
             "this view then compares each measurement with the simulator's prediction."
         )
@@ -167,4 +166,5 @@ def render_recommend(inputs: Inputs) -> None:
         return
     frame.insert(1, "meets constraints", frame["label"].isin(ok))
     cols = ["label", "meets constraints", *sweeps.METRICS.values()]
-    st.dataframe(frame.sort_values("peak_bytes")[cols], hide_index=True, width="stretch")
+    frame = frame.sort_values(["meets constraints", "peak_bytes"], ascending=[False, True])
+    st.dataframe(frame[cols], hide_index=True, width="stretch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,11 @@ from kvsim.scenario import parse_scenario
 from policies.parse import PolicyError
 
 CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
+
+
+def calibration_dir() -> Path:
+    """``data/calibration``, or ``$KVSIM_CALIBRATION_DIR`` when set (tests, other checkouts)."""
+    return Path(os.environ.get("KVSIM_CALIBRATION_DIR") or CALIBRATION_DIR)
 MIB = float(1 << 20)
 
 

@@ -16,14 +16,14 @@ from kvsim.result import SimResult
 
 MIB = float(1 << 20)
 TIMELINE_METRICS: dict[str, str] = {"peak_bytes": "step peak", "active_bytes": "active", "kv_bytes": "KV capacity"}
-MAX_POINTS_PER_SERIES = 2000
+MAX_POINTS = 4500  # all series together: under Altair's default 5000-row limit
 
 
 def _downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """Bucket a long series over tokens, keeping each bucket's maximum (peaks stay visible)."""
     if len(frame) <= max_points:
         return frame
-    edges = pd.cut(frame["tokens"], bins=max_points // 2, labels=False)
+    edges = pd.cut(frame["tokens"], bins=max_points // 2, labels=False).to_numpy()
     grouped = frame.groupby(edges, sort=True)
     first = grouped.first()
     first["MiB"] = grouped["MiB"].max()
@@ -32,8 +32,12 @@ def _downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     return pd.concat([first, last]).sort_values("tokens").drop_duplicates(["tokens"]).reset_index(drop=True)
 
 
-def timeline_frame(results: Mapping[str, SimResult], max_points: int = MAX_POINTS_PER_SERIES) -> pd.DataFrame:
-    """Columns ``policy, metric, tokens, step, MiB``: tokens processed after each step."""
+def timeline_frame(results: Mapping[str, SimResult], max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """Columns ``policy, metric, tokens, step, MiB``: tokens processed after each step.
+
+    Each series keeps at most ``max_points`` / (number of series) points (at least 100).
+    """
+    per_series = max(100, max_points // max(1, len(results) * len(TIMELINE_METRICS)))
     parts: list[pd.DataFrame] = []
     for label, result in results.items():
         rows: list[dict[str, Any]] = []
@@ -46,7 +50,7 @@ def timeline_frame(results: Mapping[str, SimResult], max_points: int = MAX_POINT
                     rows.append({"policy": label, "metric": metric, "step": step, "tokens": tokens, "MiB": getattr(run, field) / MIB})
         series = pd.DataFrame(rows, columns=["policy", "metric", "step", "tokens", "MiB"])
         for _, one in series.groupby("metric", sort=False):
-            parts.append(_downsample(one.reset_index(drop=True), max_points))
+            parts.append(_downsample(one.reset_index(drop=True), per_series))
     if not parts:
         return pd.DataFrame(columns=["policy", "metric", "step", "tokens", "MiB"])
     return pd.concat(parts, ignore_index=True)
@@ -68,40 +72,54 @@ def timeline_chart(frame: pd.DataFrame, growths: pd.DataFrame, limit_mib: float 
     """Each policy's active, KV and step-peak memory over tokens, growths marked, limit drawn."""
     x = alt.X("tokens:Q", title="tokens processed")
     y = alt.Y("MiB:Q", title="MiB above baseline")
-    color = alt.Color("policy:N", legend=alt.Legend(orient="bottom", columns=2, labelLimit=400))
+    pick = alt.selection_point(fields=["policy"], bind="legend")
+    color = alt.Color("policy:N", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="bottom", columns=2, labelLimit=400))
     dash = alt.StrokeDash(
         "metric:N", sort=list(TIMELINE_METRICS.values()), legend=alt.Legend(orient="bottom", title="series")
     )
     lines = (
         alt.Chart(frame)
-        .mark_line(interpolate="step-after", strokeWidth=1.6)
-        .encode(x=x, y=y, color=color, strokeDash=dash, tooltip=["policy", "metric", "step", "tokens", alt.Tooltip("MiB:Q", format=".2f")])
+        .mark_line(interpolate="step-after", strokeWidth=1.8)
+        .encode(
+            x=x, y=y, color=color, strokeDash=dash,
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+            tooltip=["policy", "metric", "step", "tokens", alt.Tooltip("MiB:Q", format=".2f")],
+        )
+        .add_params(pick)
     )
     layers: list[alt.Chart] = [lines]
     if len(growths):
         layers.append(
             alt.Chart(growths)
             .mark_point(shape="triangle-up", size=45, filled=True, opacity=0.8)
-            .encode(x="tokens:Q", y="MiB:Q", color=alt.Color("policy:N", legend=None), tooltip=["policy", "step", "tokens", alt.Tooltip("MiB:Q", format=".2f")])
+            .encode(x="tokens:Q", y="MiB:Q", color=alt.Color("policy:N", scale=alt.Scale(scheme="tableau10"), legend=None), tooltip=["policy", "step", "tokens", alt.Tooltip("MiB:Q", format=".2f")])
         )
     if limit_mib is not None:
-        limit = pd.DataFrame({"MiB": [limit_mib], "label": [f"memory limit − weights: {limit_mib:,.0f} MiB"]})
-        layers.append(alt.Chart(limit).mark_rule(color="#d62728", strokeDash=[6, 3], strokeWidth=2).encode(y="MiB:Q", tooltip=["label"]))
+        limit = pd.DataFrame({"MiB": [limit_mib], "label": [f"memory limit − weights: {limit_mib:,.1f} MiB"]})
+        rule = alt.Chart(limit).mark_rule(color="#d62728", strokeDash=[6, 3], strokeWidth=2).encode(y="MiB:Q", tooltip=["label"])
+        text = rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#d62728").encode(x=alt.value(0), text="label:N")
+        layers += [rule, text]
     return alt.layer(*layers).properties(height=420).interactive(bind_y=False)
 
 
 def heatmap_chart(frame: pd.DataFrame, x_field: str, y_field: str, metric: str, title: str) -> alt.LayerChart:
     """One metric over a two-parameter grid, the value printed in each cell."""
-    base = alt.Chart(frame).encode(x=alt.X(f"{x_field}:O", title=x_field), y=alt.Y(f"{y_field}:O", title=y_field, sort="descending"))
+    frame = frame.copy()
+    low, high = frame[metric].min(), frame[metric].max()
+    light = (frame[metric] - low) > 0.55 * (high - low) if high > low else frame[metric] != frame[metric]
+    frame["light"] = light  # viridis: high values are light cells, which need dark text
+    base = alt.Chart(frame).encode(
+        x=alt.X(f"{x_field}:O", title=x_field, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y(f"{y_field}:O", title=y_field, sort="descending"),
+    )
     cells = base.mark_rect().encode(
-        color=alt.Color(f"{metric}:Q", title=title, scale=alt.Scale(scheme="viridis")),
+        color=alt.Color(f"{metric}:Q", title=None, scale=alt.Scale(scheme="viridis")),
         tooltip=[x_field, y_field, alt.Tooltip(f"{metric}:Q", format=",.2f")],
     )
-    text = base.mark_text(fontSize=11).encode(
-        text=alt.Text(f"{metric}:Q", format=",.4~g"),
-        color=alt.condition(alt.datum[metric] > frame[metric].median() if len(frame) else 0, alt.value("black"), alt.value("white")),
-    )
-    return alt.layer(cells, text).properties(title=title, height=220)
+    text = alt.Text(f"{metric}:Q", format=",.4~g")
+    dark = base.transform_filter(alt.datum.light).mark_text(fontSize=12, color="black").encode(text=text)
+    white = base.transform_filter(~alt.datum.light).mark_text(fontSize=12, color="white").encode(text=text)
+    return alt.layer(cells, dark, white).properties(title=title, height=200)
 
 
 def ratio_chart(frame: pd.DataFrame) -> alt.Chart:

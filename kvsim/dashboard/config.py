@@ -44,6 +44,15 @@ class Inputs:
     def layers(self) -> list[dict[str, Any]]:
         return json.loads(self.layers_json)
 
+    def scenario_objects(self, labels: list[str] | None = None) -> list[dict[str, Any]]:
+        """Contract scenario objects, one per compared policy (``kvsim predict`` input).
+
+        Args:
+            labels: The ids to give them, in policy order; default ``policy0``, ``policy1``, ...
+        """
+        ids = labels or [f"policy{i}" for i in range(len(self.policies_json))]
+        return [{**self.base, "id": sid, "policy": p} for sid, p in zip(ids, self.policies)]
+
     @property
     def kv_limit_bytes(self) -> int | None:
         """Bytes left for the KV cache and transients: the limit minus the weights."""

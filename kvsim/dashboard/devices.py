@@ -10,8 +10,9 @@ Sources (see /work/shared/reference/mlx-memory.md, section 1):
 * CUDA: MLX's memory limit is 0.95 × total VRAM.
 * CPU (no GPU): MLX's memory limit is 0.8 × RAM.
 
-Apple RAM sizes are binary (128 GB = 128 GiB). NVIDIA H200: 141 GB HBM3e, of which the CUDA
-driver reports 143 771 MiB; H100 SXM: 80 GB, driver reports 81 559 MiB.
+Apple RAM sizes are binary (128 GB = 128 GiB). NVIDIA H200 (141 GB HBM3e by NVIDIA's spec) and
+H100 SXM (80 GB) use the totals ``nvidia-smi`` is commonly seen to report for them, 143 771 MiB and
+81 559 MiB (published figures, not measured by this project).
 """
 
 from __future__ import annotations

@@ -61,11 +61,12 @@ def model_section() -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | 
     if source == "preset":
         name = st.sidebar.selectbox("preset", PRESET_NAMES, key="preset", bind=Q)
         model = load_preset(name)
-        st.sidebar.caption(f"{model.n_layers} KV layers. {model.notes[:240]}")
+        first = model.notes.split(". ")[0].rstrip(".")
+        st.sidebar.caption(f"{model.n_layers} KV layers. {first}." if first else f"{model.n_layers} KV layers.")
+        with st.sidebar.expander("preset notes and source"):
+            st.caption(f"{model.notes}\n\nSource: {model.source}")
         st.sidebar.button("edit as custom table", on_click=_copy_preset)
-        rows = layer_table.rows_from_model(model)
-        layers = [{k: v for k, v in r.items() if v is not None} for r in rows]
-        return {"preset": name}, layers, None
+        return {"preset": name}, layer_table.contract_layers(model), None
     if "layers_url_error" in st.session_state:
         st.sidebar.warning(f"URL {st.session_state.pop('layers_url_error')}; using the default table")
     col1, col2 = st.sidebar.columns([3, 1], vertical_alignment="bottom")
@@ -75,12 +76,13 @@ def model_section() -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | 
         pd.DataFrame(st.session_state.layers_rows, columns=list(layer_table.COLUMNS)),
         key=f"layers_editor_{st.session_state.layers_version}",
         num_rows="dynamic",
+        hide_index=True,
         column_config={
-            "kv_heads": st.column_config.NumberColumn("heads", min_value=1, step=1),
-            "head_dim": st.column_config.NumberColumn("dims", min_value=1, step=1),
-            "dtype": st.column_config.SelectboxColumn("dtype", options=["float16", "bfloat16", "float32"]),
-            "ratio": st.column_config.NumberColumn("ratio", min_value=1, step=1),
-            "window_rows": st.column_config.NumberColumn("window", min_value=1, step=1),
+            "kv_heads": st.column_config.NumberColumn("heads", min_value=1, step=1, width=62),
+            "head_dim": st.column_config.NumberColumn("dims", min_value=1, step=1, width=62),
+            "dtype": st.column_config.SelectboxColumn("dtype", options=["float16", "bfloat16", "float32"], width=84),
+            "ratio": st.column_config.NumberColumn("ratio", min_value=1, step=1, width=62),
+            "window_rows": st.column_config.NumberColumn("window", min_value=1, step=1, width=62),
         },
     )
     rows = edited.to_dict("records")

@@ -33,6 +33,19 @@ def rows_from_model(model: ModelSpec) -> list[Row]:
     ]
 
 
+def contract_layers(model: ModelSpec) -> list[Row]:
+    """The contract's ``model.layers`` entries of a parsed model, every field kept."""
+    out: list[Row] = []
+    for x in model.layers:
+        layer: Row = {"kv_heads": x.kv_heads, "head_dim": x.head_dim, "dtype": x.dtype, "ratio": x.ratio}
+        if x.window_rows is not None:
+            layer["window_rows"] = x.window_rows
+        if x.extra_row_bytes:
+            layer["extra_row_bytes"] = x.extra_row_bytes
+        out.append(layer)
+    return out
+
+
 def apply_pattern(rows: Sequence[Mapping[str, Any]], pattern: str) -> list[Row]:
     """Set each layer's ratio and window by a named pattern, keeping heads, dims and dtype."""
     if pattern not in PATTERNS:

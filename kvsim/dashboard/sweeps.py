@@ -32,7 +32,7 @@ CANDIDATES: dict[str, tuple[Any, ...]] = {
 
 def policy_label(policy: Mapping[str, Any]) -> str:
     """``geometric(seed_rows=256, factor=2)``: the name and every other field."""
-    args = ", ".join(f"{k}={v}" for k, v in sorted(policy.items()) if k != "name")
+    args = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(policy.items()) if k != "name")
     return f"{policy['name']}({args})"
 
 

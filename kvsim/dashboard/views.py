@@ -25,7 +25,7 @@ def simulate_cached(scenario: Scenario, memory_limit_bytes: int | None) -> SimRe
     """``kvsim.api.simulate`` keyed on the (hashable, frozen) scenario and the limit."""
     from kvsim.api import simulate
 
-    return simulate(scenario, memory_limit_bytes=memory_limit_bytes)
+    return simulate(scenario, memory_limit_bytes=memory_limit_bytes, record_events=False)
 
 
 def compared(inputs: Inputs) -> tuple[dict[str, Scenario], list[str]]:
@@ -50,8 +50,9 @@ def summary_frame(results: dict[str, SimResult]) -> pd.DataFrame:
     """Headline numbers per policy, bytes in MiB."""
     frame = pd.DataFrame([summary_record(label, r) for label, r in results.items()])
     for col in [c for c in frame.columns if c.endswith("_bytes") or c == "bytes_copied"]:
-        frame[col.replace("_bytes", "") + " MiB"] = frame.pop(col) / MIB
-    return frame
+        frame[col.replace("_bytes", "").replace("_", " ") + " MiB"] = frame.pop(col) / MIB
+    first = ["label", "peak MiB", "steady kv MiB", "final kv MiB", "over allocation MiB", "grow_events", "bytes copied MiB"]
+    return frame[first + [c for c in frame.columns if c not in first]]
 
 
 def timeline_csv(results: dict[str, SimResult]) -> str:
@@ -66,7 +67,7 @@ def timeline_csv(results: dict[str, SimResult]) -> str:
 
 def exports(inputs: Inputs, scenarios: dict[str, Scenario], results: dict[str, SimResult]) -> None:
     """Download buttons: the scenarios as `kvsim predict` input, summary and timeline CSVs."""
-    objs = [{**inputs.base, "id": label, "policy": dict(s.policy)} for label, s in scenarios.items()]
+    objs = [obj for obj in inputs.scenario_objects([policy_label(p) for p in inputs.policies]) if obj["id"] in scenarios]
     col1, col2, col3 = st.columns(3)
     col1.download_button("scenarios JSON (kvsim predict)", json.dumps(objs, indent=1), "scenarios.json", "application/json")
     col2.download_button("summary CSV", summary_frame(results).to_csv(index=False), "summary.csv", "text/csv")

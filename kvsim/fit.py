@@ -1,0 +1,234 @@
+"""Fit a backend profile's timing parameters (``FITTED_FIELDS``) to calibration data (train split).
+
+Every simulated time (host per node and per kernel, device per dispatch and per byte, completion
+lag) scales together, and the order of mallocs and frees, hence every peak, is unchanged when all
+of them are multiplied by one factor. The fit uses that split:
+
+1. **Shape** (CPU): the ratios of host, kernel, dispatch and byte times, Nelder-Mead in log-space
+   from the current profile (plus a few random starts), minimising mean |peak error| + 0.1 max
+   + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
+2. **Scale**: one factor on all times, the median of measured / simulated decode-step time
+   (closed form in log-space; peaks do not move).
+3. **Completion lag** (GPU): the point lag on a log grid minimising |error| vs the runs' mean
+   peak, then the ``[low, high]`` lag pair that puts the most training runs inside the predicted
+   ``[peak_low, peak_high]`` with the narrowest ``high/low``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from kvsim.engine import simulate_timeline
+from kvsim.profile import FITTED_FIELDS, BackendProfile
+from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
+
+TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
+LAG_GRID_S = (0.0, *np.geomspace(1e-6, 3e-3, 12).tolist())
+RANDOM_STARTS = 8
+DECODE_WEIGHT = 0.1
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """The fitted profile, the train rows it was judged on, and what the fit cost."""
+
+    profile: BackendProfile
+    train_rows: list[dict[str, Any]]
+    evaluations: int
+    seconds: float
+
+
+def log_times(profile: BackendProfile) -> np.ndarray:
+    """``ln`` of the four time parameters (seconds per byte for the bandwidth)."""
+    return np.log([*(getattr(profile, f) for f in TIME_FIELDS), 1.0 / profile.device_bytes_per_s])
+
+
+def with_log_times(profile: BackendProfile, x: np.ndarray) -> BackendProfile:
+    values = np.exp(x)
+    return replace(profile, **dict(zip(TIME_FIELDS, map(float, values[:3]))), device_bytes_per_s=float(1.0 / values[3]))
+
+
+def scaled(profile: BackendProfile, factor: float) -> BackendProfile:
+    """Every time multiplied by ``factor`` (bandwidth divided): same peaks, times scale."""
+    return replace(
+        profile,
+        **{f: getattr(profile, f) * factor for f in (*TIME_FIELDS, "completion_lag_s", "completion_lag_low_s", "completion_lag_high_s")},
+        device_bytes_per_s=profile.device_bytes_per_s / factor,
+    )
+
+
+def point_peaks(observations: list[Observation], profile: BackendProfile) -> list[int]:
+    """Simulated peak of each observation's scenario (point prediction, no lag range)."""
+    return [max(r.peak_bytes for r in simulate_timeline(o.scenario, profile, False).timeline) for o in observations]
+
+
+def peak_loss(observations: list[Observation], peaks: list[int]) -> float:
+    """Mean |peak error| (%) plus a tenth of the max, against each scenario's mean run."""
+    errs = [abs(pct_error(p, o.mean_peak_bytes)) for o, p in zip(observations, peaks)]
+    return statistics.fmean(errs) + 0.1 * max(errs)
+
+
+def decode_log_ratios(observations: list[Observation], simulated_s: list[float | None]) -> list[float]:
+    """``ln(measured / simulated)`` decode-step time, where both exist."""
+    return [math.log(o.decode_step_s / s) for o, s in zip(observations, simulated_s) if o.decode_step_s and s]
+
+
+def decode_loss(log_ratios: list[float]) -> float:
+    """Median |decode-step error| (%, in log terms) once the best common scale is applied."""
+    if not log_ratios:
+        return 0.0
+    centre = statistics.median(log_ratios)
+    return 100.0 * statistics.median(abs(r - centre) for r in log_ratios)
+
+
+def simulate_all(observations: list[Observation], profile: BackendProfile) -> tuple[list[int], list[float | None]]:
+    """Point peak and decode-step seconds of every observation's scenario."""
+    peaks, decodes = [], []
+    for o in observations:
+        engine = simulate_timeline(o.scenario, profile, False)
+        peaks.append(max(r.peak_bytes for r in engine.timeline))
+        decodes.append(decode_step_s(engine))
+    return peaks, decodes
+
+
+def fit_shape(observations: list[Observation], profile: BackendProfile, max_evals: int, log: Log) -> tuple[BackendProfile, int]:
+    """Fit the time ratios to peaks and to decode-step times (up to a common scale).
+
+    ``host_node_s`` stays fixed here; ``fit_scale`` sets the scale afterwards. The loss is
+    ``peak_loss + DECODE_WEIGHT * decode_loss``, so peaks come first.
+    """
+    from scipy.optimize import minimize
+
+    x_base = log_times(profile)
+    memo: dict[tuple[float, ...], float] = {}
+
+    def loss(y: np.ndarray) -> float:
+        key = tuple(np.round(y, 3))
+        if key not in memo:
+            x = np.concatenate([x_base[:1], y])
+            peaks, decodes = simulate_all(observations, with_log_times(profile, x))
+            memo[key] = peak_loss(observations, peaks) + DECODE_WEIGHT * decode_loss(decode_log_ratios(observations, decodes))
+        return memo[key]
+
+    y0 = x_base[1:]
+    best_y, best = y0, loss(y0)
+    log(f"shape: start loss {best:.4f} (mean |peak err| % + 0.1 max + {DECODE_WEIGHT} x median |decode err| %)")
+    rng = np.random.default_rng(0)
+    for y in y0 + rng.uniform(-3.0, 3.0, size=(RANDOM_STARTS, y0.size)):
+        if len(memo) >= max_evals // 3:
+            break
+        if (value := loss(y)) < best - 1e-9:
+            best_y, best = y, value
+    budget = max(max_evals - len(memo), 0)
+    if budget > y0.size + 1:
+        simplex = np.vstack([best_y, best_y + np.eye(y0.size)])
+        res = minimize(loss, best_y, method="Nelder-Mead",
+                       options={"maxfev": budget, "initial_simplex": simplex, "xatol": 0.02, "fatol": 1e-4})
+        if res.fun < best - 1e-9:
+            best_y, best = res.x, float(res.fun)
+    log(f"shape: best loss {best:.4f} after {len(memo)} evaluations")
+    return with_log_times(profile, np.concatenate([x_base[:1], best_y])), len(memo)
+
+
+def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log) -> BackendProfile:
+    """Scale all times so the median decode-step time ratio (measured / simulated) is 1."""
+    ratios = decode_log_ratios(observations, simulate_all(observations, profile)[1])
+    if not ratios:
+        log("scale: no decode-step times in the data; times left as they are")
+        return profile
+    factor = math.exp(statistics.median(ratios))
+    log(f"scale: all times x{factor:.4g} (median measured/simulated decode step over {len(ratios)} scenarios)")
+    return scaled(profile, factor)
+
+
+def _range_key(observations: list[Observation], lows: list[int], highs: list[int]) -> tuple[float, float, float]:
+    inside = sum(lo <= p <= hi for o, lo, hi in zip(observations, lows, highs) for p in o.peaks_bytes)
+    widths = [hi / max(lo, 1) for lo, hi in zip(lows, highs)]
+    return (-inside, max(widths), statistics.median(widths))
+
+
+def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
+    """GPU: the point completion lag, then the narrowest lag range covering the training runs."""
+    grid = list(LAG_GRID_S)
+    table = [point_peaks(observations, replace(profile, completion_lag_s=lag)) for lag in grid]
+    losses = [peak_loss(observations, peaks) for peaks in table]
+    point = min(range(len(grid)), key=lambda g: (losses[g], g))
+    best: tuple[tuple[float, float, float], int, int] | None = None
+    for lo in range(point + 1):
+        for hi in range(point, len(grid)):
+            lows = [min(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
+            highs = [max(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
+            key = _range_key(observations, lows, highs)
+            if best is None or key < best[0]:
+                best = (key, lo, hi)
+    assert best is not None
+    (neg_inside, width, _), lo, hi = best
+    runs = sum(len(o.peaks_bytes) for o in observations)
+    log(f"lag: point {grid[point] * 1e6:.3g} us (loss {losses[point]:.3f}); range [{grid[lo] * 1e6:.3g}, "
+        f"{grid[hi] * 1e6:.3g}] us holds {-neg_inside}/{runs} train runs, max width {width:.3f}x")
+    fitted = replace(profile, completion_lag_s=grid[point], completion_lag_low_s=grid[lo], completion_lag_high_s=grid[hi])
+    return fitted, len(grid) * len(observations)
+
+
+def fit_profile(
+    observations: list[Observation], profile: BackendProfile, *, max_evals: int = 120, log: Log = lambda _: None
+) -> FitResult:
+    """Fit ``profile``'s ``FITTED_FIELDS`` to the train split of ``observations``."""
+    t0 = time.perf_counter()
+    train = [o for o in observations if o.split == "train"]
+    if not train:
+        raise ValueError("data: no train-split records to fit")
+    evaluations = 0
+    if not profile.is_gpu:
+        profile, evaluations = fit_shape(train, profile, max_evals, log)
+    profile = fit_scale(train, profile, log)
+    if profile.is_gpu:
+        profile, lag_evals = fit_lag(train, profile, log)
+        evaluations += lag_evals
+    profile = replace(profile, status="fitted")
+    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in train]
+    return FitResult(profile, rows, evaluations, time.perf_counter() - t0)
+
+
+def fit_metadata(result: FitResult, headers: list[dict[str, Any]], data_files: list[str]) -> dict[str, Any]:
+    """The ``fit`` block stored beside the profile: provenance, fitted values, train residuals."""
+    p = result.profile
+    keep = ("id", "runs", "peak_err_pct", "final_err_pct", "decode_err_pct", "runs_in_range", "range_width")
+    return {"fit": {
+        "backend": p.name,
+        "mlx_version": p.mlx_version,
+        "mlx_lm_versions": sorted({str(h.get("mlx_lm_version")) for h in headers}),
+        "devices": sorted({json_text(h.get("device", {}).get("device", {})) for h in headers}),
+        "data_files": [_file_info(path) for path in data_files],
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "method": "log-space Nelder-Mead on peak shape (CPU), closed-form time scale, lag grid (GPU); train split only",
+        "fitted": {f: getattr(p, f) for f in FITTED_FIELDS},
+        "evaluations": result.evaluations,
+        "seconds": round(result.seconds, 1),
+        "train_summary": summarise(result.train_rows, p.is_gpu),
+        "train_residuals": [{k: row[k] for k in keep if k in row} for row in result.train_rows],
+    }}
+
+
+def _file_info(path: str) -> dict[str, Any]:
+    """Path, SHA-256 and header creation time of one calibration file (a moved copy still matches)."""
+    import hashlib
+    from pathlib import Path
+
+    raw = Path(path).read_bytes()
+    header = json.loads(raw.split(b"\n", 1)[0])
+    return {"path": path, "sha256": hashlib.sha256(raw).hexdigest(), "created_utc": header.get("created_utc")}
+
+
+def json_text(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)

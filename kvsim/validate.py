@@ -1,0 +1,219 @@
+"""Simulated vs measured: calibration records grouped per scenario, predictions and error tables.
+
+Used by ``kvsim validate`` and by ``kvsim fit`` (which minimises these errors on the train split).
+Errors are signed percentages ``(predicted - measured) / measured * 100``; peaks and final active
+memory are compared with the mean over a scenario's repeats, decode-step time with the median
+over repeats of each run's median decode-step (one-token step) wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kvsim.datafile import CalibrationFileError, load_calibrations
+from kvsim.engine import Engine, simulate_timeline
+from kvsim.profile import DEFAULTS, BackendProfile
+from kvsim.scenario import Scenario, ScenarioError, parse_scenario
+
+SPLITS = ("train", "validation", "all")
+CPU_PEAK_MEDIAN_PCT, CPU_PEAK_MAX_PCT = 1.0, 3.0
+GPU_POINT_MEDIAN_PCT, GPU_POINT_MAX_PCT, GPU_RANGE_WIDTH = 5.0, 12.0, 1.35
+FINAL_MAX_PCT, DECODE_MEDIAN_PCT = 0.5, 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One scenario's measured runs (one per repeat)."""
+
+    scenario: Scenario
+    split: str
+    peaks_bytes: tuple[int, ...]
+    finals_bytes: tuple[int, ...]
+    decode_step_s: float | None
+    sources: tuple[str, ...]
+
+    @property
+    def mean_peak_bytes(self) -> float:
+        return statistics.fmean(self.peaks_bytes)
+
+    @property
+    def mean_final_bytes(self) -> float:
+        return statistics.fmean(self.finals_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the simulator says for one scenario under one profile."""
+
+    peak_bytes: int
+    peak_low_bytes: int
+    peak_high_bytes: int
+    final_active_bytes: int
+    decode_step_s: float | None
+
+
+def pct_error(predicted: float, measured: float) -> float:
+    """Signed relative error in percent (0 when both are 0)."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return (predicted - measured) / measured * 100.0
+
+
+def _median_decode_s(record: dict[str, Any]) -> float | None:
+    steps = record["steps"]
+    walls = [w for t, w in zip(steps["tokens"], steps["wall_s"]) if t == 1]
+    return statistics.median(walls) if walls else None
+
+
+def load_observations(
+    sources: Sequence[str | Path], backend: str | None = None
+) -> tuple[list[dict[str, Any]], list[Observation]]:
+    """Calibration files -> (headers, observations grouped by scenario id, in file order).
+
+    Raises:
+        CalibrationFileError: bad files, or files that mix backends / MLX versions.
+        ScenarioError: a record whose scenario does not parse (one line, naming the id).
+    """
+    headers, records = load_calibrations(sources, backend=backend)
+    data_backend = headers[0]["backend"]
+    if data_backend not in DEFAULTS:
+        raise CalibrationFileError(records[0]["source"] if records else "<data>", 1,
+                                   f"header field 'backend': unknown backend {data_backend!r}")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault(str(rec["id"]), []).append(rec)
+    observations = []
+    for sid, recs in groups.items():
+        try:
+            scenario = parse_scenario(recs[0]["scenario"], data_backend)
+        except ScenarioError as err:
+            raise ScenarioError(f"{recs[0]['source']}: scenario {sid!r}: {err}") from None
+        splits = {r.get("split", "train") for r in recs}
+        if len(splits) != 1 or not splits <= {"train", "validation"}:
+            raise CalibrationFileError(recs[0]["source"], None, f"scenario {sid!r}: field 'split' must be one of train/validation, got {sorted(splits)}")
+        decodes = [d for d in map(_median_decode_s, recs) if d is not None]
+        observations.append(Observation(
+            scenario, splits.pop(), tuple(r["peak_bytes"] for r in recs), tuple(r["final_active_bytes"] for r in recs),
+            statistics.median(decodes) if decodes else None, tuple(sorted({r["source"] for r in recs})),
+        ))
+    return headers, observations
+
+
+def decode_step_s(engine: Engine) -> float | None:
+    """Median simulated seconds of a one-token decode step, weighted by step count.
+
+    ``Summary.decode_step_s`` also counts prefill chunks that do not grow; this keeps decode only.
+    """
+    w = engine.scenario.workload
+    n_prefill = len(w.step_tokens()) - w.decode_tokens
+    skip = sum(not run.grew for run in engine.timeline[:n_prefill])
+    runs = [run for run in engine.timeline[n_prefill:] if not run.grew]
+    seconds = engine.decode_s[skip:]
+    if not runs or len(runs) != len(seconds):
+        return None
+    pairs = sorted(zip(seconds, (r.step_count for r in runs)))
+    half, seen = sum(c for _, c in pairs) / 2.0, 0
+    for s, count in pairs:
+        seen += count
+        if seen >= half:
+            return s
+    return pairs[-1][0]
+
+
+def _peak(engine: Engine) -> int:
+    return max(run.peak_bytes for run in engine.timeline)
+
+
+def predict(scenario: Scenario, profile: BackendProfile) -> Prediction:
+    """Simulate ``scenario``; on GPU profiles also at the low and high completion lags."""
+    engine = simulate_timeline(scenario, profile, record_events=False)
+    peaks = [_peak(engine)]
+    if profile.is_gpu:
+        for lag_s in (profile.completion_lag_low_s, profile.completion_lag_high_s):
+            peaks.append(_peak(simulate_timeline(scenario, replace(profile, completion_lag_s=lag_s), record_events=False)))
+    return Prediction(peaks[0], min(peaks), max(peaks), engine.timeline[-1].active_bytes, decode_step_s(engine))
+
+
+def compare(obs: Observation, pred: Prediction, is_gpu: bool) -> dict[str, Any]:
+    """One table row: measured, predicted and errors for one scenario."""
+    inside = sum(pred.peak_low_bytes <= p <= pred.peak_high_bytes for p in obs.peaks_bytes)
+    row: dict[str, Any] = {
+        "id": obs.scenario.id,
+        "policy": obs.scenario.policy_name,
+        "split": obs.split,
+        "runs": len(obs.peaks_bytes),
+        "measured_peak_bytes": round(obs.mean_peak_bytes),
+        "predicted_peak_bytes": pred.peak_bytes,
+        "peak_err_pct": pct_error(pred.peak_bytes, obs.mean_peak_bytes),
+        "measured_final_bytes": round(obs.mean_final_bytes),
+        "predicted_final_bytes": pred.final_active_bytes,
+        "final_err_pct": pct_error(pred.final_active_bytes, obs.mean_final_bytes),
+        "measured_decode_s": obs.decode_step_s,
+        "predicted_decode_s": pred.decode_step_s,
+        "decode_err_pct": None if obs.decode_step_s is None or pred.decode_step_s is None
+        else pct_error(pred.decode_step_s, obs.decode_step_s),
+    }
+    if is_gpu:
+        row.update(peak_low_bytes=pred.peak_low_bytes, peak_high_bytes=pred.peak_high_bytes,
+                   runs_in_range=inside, range_width=pred.peak_high_bytes / max(pred.peak_low_bytes, 1))
+    return row
+
+
+def _abs_stats(values: list[float]) -> dict[str, float | None]:
+    vals = [abs(v) for v in values if v is not None]
+    return {"median": statistics.median(vals) if vals else None, "max": max(vals) if vals else None}
+
+
+def summarise(rows: list[dict[str, Any]], is_gpu: bool) -> dict[str, Any]:
+    """Median and max |error| over rows, and whether each target is met."""
+    peak = _abs_stats([r["peak_err_pct"] for r in rows])
+    final = _abs_stats([r["final_err_pct"] for r in rows])
+    decode = _abs_stats([r["decode_err_pct"] for r in rows])
+    out: dict[str, Any] = {"scenarios": len(rows), "peak_abs_err_pct": peak, "final_abs_err_pct": final,
+                           "decode_abs_err_pct": decode}
+    median_target, max_target = (GPU_POINT_MEDIAN_PCT, GPU_POINT_MAX_PCT) if is_gpu else (CPU_PEAK_MEDIAN_PCT, CPU_PEAK_MAX_PCT)
+    targets = {
+        f"peak median |err| <= {median_target}%": peak["median"] is not None and peak["median"] <= median_target,
+        f"peak max |err| <= {max_target}%": peak["max"] is not None and peak["max"] <= max_target,
+        f"final active max |err| <= {FINAL_MAX_PCT}%": final["max"] is not None and final["max"] <= FINAL_MAX_PCT,
+        f"decode-step median |err| <= {DECODE_MEDIAN_PCT}%": decode["median"] is not None and decode["median"] <= DECODE_MEDIAN_PCT,
+    }
+    if is_gpu:
+        runs = sum(r["runs"] for r in rows)
+        inside = sum(r["runs_in_range"] for r in rows)
+        widest = max((r["range_width"] for r in rows), default=None)
+        out.update(runs=runs, runs_in_range=inside, max_range_width=widest)
+        targets["every run's peak in [low, high]"] = inside == runs
+        targets[f"range width <= {GPU_RANGE_WIDTH}x"] = widest is not None and widest <= GPU_RANGE_WIDTH
+    out["targets"] = targets
+    return out
+
+
+def validate(observations: list[Observation], profile: BackendProfile, split: str = "validation") -> dict[str, Any]:
+    """Rows and summary for the observations of ``split`` (``all`` for every one)."""
+    if split not in SPLITS:
+        raise ValueError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
+    chosen = [o for o in observations if split == "all" or o.split == split]
+    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in chosen]
+    return {"backend": profile.name, "profile_mlx_version": profile.mlx_version, "profile_status": profile.status,
+            "split": split, "rows": rows, "summary": summarise(rows, profile.is_gpu)}
+
+
+def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
+    """A profile JSON (as ``save_profile`` writes) overlaid on ``backend``'s defaults."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read profile ({err})") from None
+    body = doc.get("profile", doc) if isinstance(doc, dict) else None
+    if not isinstance(body, dict):
+        raise ValueError(f"{path}: a profile must be a JSON object")
+    if body.get("name", backend) != backend:
+        raise ValueError(f"{path}: profile is for {body.get('name')!r}, the data is {backend!r}")
+    known = {f.name for f in fields(BackendProfile)}
+    return replace(DEFAULTS[backend], **{k: v for k, v in body.items() if k in known})

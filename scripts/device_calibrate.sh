@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Device call 2 of 2: join the MLX-CUDA archive parts, unpack the small wheels beside it, then run
+# `kvsim calibrate` (and scripts/bench_policies.py if present) with results written to $OUT.
+# Usage (repo root, with .whl2 carried, after scripts/device_stage.sh):
+#   bash scripts/device_calibrate.sh [REPEATS] [CALIBRATE_TIMEOUT_S] [EXTRA calibrate args...]
+# Env: STAGE (default /tmp/stage), SITE (default /tmp/site), PY (default python3), OUT (results dir).
+set -uo pipefail
+repeats=${1:-3}; budget_s=${2:-420}; shift $(( $# < 2 ? $# : 2 ))
+stage=${STAGE:-/tmp/stage}; site=${SITE:-/tmp/site}; py=${PY:-python3}; out=${OUT:?OUT must be set}
+t0=$(date +%s)
+mkdir -p "$site"
+cat "$stage"/cuda.tar.xz.part* .whl2/cuda.tar.xz.part* | xz -d | tar x -C "$site" || { echo "unpack failed"; exit 3; }
+for w in .whl2/*.whl; do "$py" -m zipfile -e "$w" "$site" || exit 3; done
+nv=$("$py" -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+if [ -n "$nv" ] && [ ! -e "$site/nvidia" ]; then ln -s "$nv" "$site/nvidia"; fi  # libmlx.so RPATH: $ORIGIN/../../nvidia/*
+[ -n "$nv" ] && export LD_LIBRARY_PATH="$(find "$nv" -name 'lib*.so*' -printf '%h\n' | sort -u | tr '\n' ':')${LD_LIBRARY_PATH:-}"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$PWD"
+[ -n "${DRY:-}" ] && export PYTHONPATH="$PWD"  # local dry run: the cp312 CUDA build cannot load here
+echo "unpacked in $(( $(date +%s) - t0 )) s"
+"$py" - <<'PY' 2>&1 | tee "$out/device.txt"
+import json, mlx.core as mx
+print("default_device", mx.default_device(), "gpu_available", mx.is_available(mx.gpu))
+print("device_info", json.dumps(mx.device_info(), default=str))
+a = mx.random.normal((1024, 1024)); mx.eval(a @ a); mx.synchronize()
+print("matmul ok; active", mx.get_active_memory(), "peak", mx.get_peak_memory())
+from kvsim.measure import device_info
+print("kvsim device_info", json.dumps(device_info()))
+PY
+timeout "$budget_s" "$py" -m kvsim.calibrate --out "$out" --repeats "$repeats" --no-progress "$@" 2>&1 | tee "$out/calibrate.log"
+echo "calibrate exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
+if [ -f scripts/bench_policies.py ]; then
+  timeout "${BENCH_TIMEOUT_S:-90}" "$py" scripts/bench_policies.py --out "$out" 2>&1 | tee "$out/bench.log"
+  echo "bench exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
+fi
+ls -la "$out"

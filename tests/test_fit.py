@@ -1,0 +1,143 @@
+"""`kvsim fit` / `kvsim validate` on real MLX measurements of the tiny sweep; error paths."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvsim.calibrate import calibrate
+from kvsim.cli import main
+from kvsim.datafile import read_calibration, write_jsonl_atomic
+from kvsim.fit import LAG_GRID_S, fit_lag, point_peaks
+from kvsim.profile import DEFAULTS, BackendProfile
+from kvsim.scenario import parse_scenario
+from kvsim.validate import Observation, load_observations, profile_from_file, validate
+
+mx = pytest.importorskip("mlx.core")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real MLX CPU runs of the tiny sweep (one train, one validation scenario)."""
+    out = tmp_path_factory.mktemp("calibration")
+    run = calibrate(out, sweep="tiny", repeats=1, date="20260101", progress=False)
+    assert run.measured_runs == 2
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def fitted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profiles")
+    assert main(["fit", "--data", str(data), "--out", str(out), "--max-evals", "12", "--quiet"]) == 0
+    return out / "mlx-cpu.json"
+
+
+def _rewrite(src: Path, dst: Path, **header: str) -> Path:
+    head, records = read_calibration(src)
+    write_jsonl_atomic(dst, [{**head, **header}, *records])
+    return dst
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    for word in words:
+        assert word in err
+    return err
+
+
+def test_fit_writes_profile_with_provenance(data: Path, fitted: Path) -> None:
+    doc = json.loads(fitted.read_text())
+    fit, profile = doc["fit"], doc["profile"]
+    assert profile["name"] == "mlx-cpu" and profile["status"] == "fitted"
+    assert profile["mlx_version"] == fit["mlx_version"] == mx.__version__
+    assert [f["path"] for f in fit["data_files"]] == [str(data)]
+    assert len(fit["data_files"][0]["sha256"]) == 64
+    assert [r["id"] for r in fit["train_residuals"]] == ["tiny-step64"]
+    assert all(fit["fitted"][k] > 0 for k in ("host_node_s", "host_kernel_s", "device_dispatch_s", "device_bytes_per_s"))
+    # one train scenario: the time scale makes its decode step exact
+    assert abs(fit["train_residuals"][0]["decode_err_pct"]) < 1e-6
+
+
+def test_fit_is_no_worse_than_defaults_on_train(data: Path, fitted: Path) -> None:
+    _, observations = load_observations([data])
+    before = validate(observations, DEFAULTS["mlx-cpu"], "train")["summary"]
+    after = validate(observations, profile_from_file(fitted, "mlx-cpu"), "train")["summary"]
+    assert after["peak_abs_err_pct"]["max"] <= before["peak_abs_err_pct"]["max"] + 1e-9
+    assert after["decode_abs_err_pct"]["median"] <= before["decode_abs_err_pct"]["median"]
+
+
+def test_validate_json_matches_measurements(data: Path, fitted: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--data", str(data), "--profile", str(fitted), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    _, records = read_calibration(data)
+    measured = {r["id"]: r for r in records if r["split"] == "validation"}
+    assert [row["id"] for row in report["rows"]] == list(measured)
+    for row in report["rows"]:
+        rec = measured[row["id"]]
+        assert row["measured_peak_bytes"] == rec["peak_bytes"]
+        assert row["peak_err_pct"] == pytest.approx((row["predicted_peak_bytes"] - rec["peak_bytes"]) / rec["peak_bytes"] * 100)
+    assert report["summary"]["scenarios"] == 1 and report["data_mlx_version"] == mx.__version__
+
+
+def test_validate_table_lists_scenarios_and_targets(data: Path, fitted: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--data", str(data), "--profile", str(fitted), "--split", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-step64" in out and "tiny-step32-sdpa" in out
+    assert "peak median |err| <= 1.0%" in out and "decode-step median" in out
+
+
+def test_mixed_backends_are_refused(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = _rewrite(data, tmp_path / "mlx-cuda.jsonl", backend="mlx-cuda")
+    assert main(["fit", "--data", str(data), str(other), "--out", str(tmp_path), "--quiet"]) == 2
+    _one_line_error(capsys, "kvsim fit:", "backend")
+    assert not (tmp_path / "mlx-cpu.json").exists()
+
+
+def test_mixed_mlx_versions_are_refused(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = _rewrite(data, tmp_path / "old.jsonl", mlx_version="0.1.0")
+    assert main(["validate", "--data", str(data), str(other)]) == 2
+    _one_line_error(capsys, "kvsim validate:", "mlx_version", "0.1.0")
+
+
+def test_corrupt_file_is_one_line_error(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text() + '{"kind": "measurement", "id":\n')
+    assert main(["fit", "--data", str(bad), "--out", str(tmp_path), "--quiet"]) == 2
+    _one_line_error(capsys, f"{bad}:4", "invalid JSON")
+
+
+def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    head, records = read_calibration(data)
+    train_only = tmp_path / "train.jsonl"
+    write_jsonl_atomic(train_only, [head, *(r for r in records if r["split"] == "train")])
+    assert main(["validate", "--data", str(train_only)]) == 2
+    _one_line_error(capsys, "--split", "validation")
+    cuda = tmp_path / "cuda.json"
+    cuda.write_text(json.dumps({"profile": DEFAULTS["mlx-cuda"].to_json()}))
+    assert main(["validate", "--data", str(data), "--profile", str(cuda)]) == 2
+    _one_line_error(capsys, "mlx-cuda", "mlx-cpu")
+
+
+def test_gpu_lag_range_covers_spread_runs() -> None:
+    """Runs simulated at two different lags: the fitted range must hold both, the point between."""
+    cuda = DEFAULTS["mlx-cuda"]
+    obj = {"id": "lag", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"}, "consumer": "sdpa",
+           "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60}}
+    probe = Observation(parse_scenario(obj, "mlx-cuda"), "train", (1,), (1,), None, ())
+
+    def peak_at(profile: BackendProfile, lag_s: float) -> int:
+        return point_peaks([probe], replace(profile, completion_lag_s=lag_s))[0]
+
+    fast, slow = peak_at(cuda, 0.0), peak_at(cuda, 1e-3)
+    assert fast < slow  # the lag matters for this scenario
+    obs = replace(probe, peaks_bytes=(fast, slow, slow), finals_bytes=(0, 0, 0))
+    profile, sweeps = fit_lag([obs], cuda, lambda _: None)
+    lags = (profile.completion_lag_s, profile.completion_lag_low_s, profile.completion_lag_high_s)
+    peaks = [peak_at(profile, lag) for lag in lags]
+    assert min(peaks) <= fast and slow <= max(peaks)
+    assert profile.completion_lag_low_s <= profile.completion_lag_s <= profile.completion_lag_high_s
+    assert sweeps == len(LAG_GRID_S)
