@@ -20,7 +20,7 @@ from kvsim.profile import BackendProfile
 from kvsim.result import MemoryEvent, TimelineRun
 from kvsim.scenario import Scenario
 from kvsim.spec import LayerSpec
-from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, QuantizedPolicy
+from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, QuantizedPolicy, RotatingPolicy
 
 
 @dataclass(slots=True, eq=False)
@@ -96,6 +96,8 @@ class Engine:
         for st in self.layers:
             rows = st.spec.rows_in_step(start, n)
             growth = st.policy.grow(st.capacity_rows, st.held_rows, rows) if rows else None
+            if growth is None and rows and isinstance(st.policy, RotatingPolicy):
+                growth = st.policy.trim(st.capacity_rows, rows)
             out.append((st, rows, growth))
         return out
 
@@ -216,6 +218,8 @@ class Engine:
 
     def _rows_to_grow(self, st: LayerState, held_rows: int) -> int | None:
         """Smallest row count whose arrival (one at a time) makes the policy grow."""
+        if isinstance(st.policy, RotatingPolicy) and st.policy.trim(st.capacity_rows, 1) is not None:
+            return held_rows + 1  # the next row cuts a prefill-grown buffer back to the window
         if st.policy.grow(st.capacity_rows, st.capacity_rows, 1) is None:
             return None  # never grows (a ring at its max size)
         return max(st.capacity_rows + 1, held_rows + 1)

@@ -66,12 +66,20 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
                 g.arrays[new[c.name]].label = (step.index, c.name)
             return dict(new)
         base = zeros
+    elif gr.mechanism is Mechanism.TRIM:  # RotatingKVCache._trim: [head, tail] of the old buffer
+        for c in comps:
+            parts = [g.view("Slice", old[c.name]), g.view("Slice", old[c.name])]
+            total = gr.capacity_rows * c.row_bytes
+            base[c.name] = g.op("Concatenate", parts, total, kernels=2, work_bytes=2 * total)
     elif gr.mechanism is Mechanism.CONCAT and not gr.fills_zeros:  # RotatingKVCache prefill: [kept, new]
         out = {}
         for c in comps:
-            kept = g.view("Slice", old[c.name]) if gr.kept_rows < step.capacity_rows else old[c.name]
+            if gr.kept_rows < step.capacity_rows:  # _trim: [first keep rows, last rows, new]
+                parts = [g.view("Slice", old[c.name]), g.view("Slice", old[c.name]), new[c.name]]
+            else:
+                parts = [old[c.name], new[c.name]]
             total = gr.capacity_rows * c.row_bytes
-            out[c.name] = g.op("Concatenate", [kept, new[c.name]], total, kernels=2, work_bytes=2 * total)
+            out[c.name] = g.op("Concatenate", parts, total, kernels=len(parts), work_bytes=2 * total)
             g.arrays[out[c.name]].py_held = True
             g.arrays[out[c.name]].label = (step.index, c.name)
         return out

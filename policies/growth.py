@@ -20,6 +20,7 @@ class Mechanism(str, Enum):
     CONCAT = "concat"  # new = concatenate([old prefix, zeros(extension)]): copy, old freed after
     REALLOC = "realloc"  # allocate the full new buffer, copy the live prefix, free old (ds4 GPU)
     IN_PLACE = "in_place"  # extra blocks beside the old ones, nothing copied (paged)
+    TRIM = "trim"  # cut back to a window: concatenate([head, tail]) of the old buffer (rotating)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,13 @@ class RotatingPolicy:
         if capacity_rows == 0:
             return Growth(extension, Mechanism.FRESH)
         return Growth(capacity_rows + extension, Mechanism.CONCAT, kept_rows=capacity_rows)
+
+    def trim(self, capacity_rows: int, add_rows: int) -> Growth | None:
+        """A single-row update on a buffer a prefill left longer than the window first cuts it
+        back to ``max_size`` rows (``concatenate([first keep rows, last rows])``)."""
+        if add_rows == 1 and capacity_rows > self.max_size_rows:
+            return Growth(self.max_size_rows, Mechanism.TRIM, kept_rows=self.max_size_rows, fills_zeros=False)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
