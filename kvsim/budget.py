@@ -16,7 +16,7 @@ def evaluated_steps(scenario: Scenario, limit: int = MAX_EVALUATED_STEPS) -> int
         policy = scenario.layer_policy(layer)
         capacity = held = 0
         start = 0
-        for n in w.step_tokens()[:prefill]:
+        for n in w.prefill_tokens():
             rows = layer.rows_in_step(start, n)
             start += n
             grown = policy.grow(capacity, held, rows) if rows else None

@@ -273,7 +273,7 @@ class Engine:
         """The generation as a simpy process: prefill chunks, then decode in bulk runs."""
         w = self.scenario.workload
         start = 0
-        for n in w.step_tokens()[: -w.decode_tokens or None]:
+        for n in w.prefill_tokens():
             out = self.step(start, n)
             self.add_run(start, 1, n, out)
             (self.growth_s if out.grew else self.decode_s).append(out.seconds)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvsim.allocator import Allocator
-from kvsim.graph import StepGraph
+from kvsim.graph import VIEW_PRIMS, StepGraph
 from kvsim.profile import BackendProfile
 from kvsim.tape import execution_order
 
@@ -140,14 +140,19 @@ def run_eval(
         heapq.heappush(frees, (done, next(seq), open_held))
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
 
+    node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
+    bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
+    is_gpu = profile.is_gpu
+    table = buffers.table
     for a in order:
         arr = arrays[a]
-        host_t += profile.host_node_s + arr.kernels * profile.host_kernel_s
-        drain(host_t)
+        host_t += node_s + arr.kernels * kernel_s
+        if frees and frees[0][0] <= host_t:
+            drain(host_t)
         donated = None
-        if arr.is_view:
-            buf_of[a] = buf_of[arr.inputs[0]]
-            buffers.incref(buf_of[a])
+        if arr.prim in VIEW_PRIMS:
+            buf_of[a] = b = buf_of[arr.inputs[0]]
+            table[b].refs += 1
         else:
             for sib in arr.siblings:  # other outputs of a multi-output primitive
                 buf_of[sib] = buffers.new(arrays[sib].nbytes, host_t, arrays[sib].label)
@@ -157,7 +162,7 @@ def run_eval(
                 b = buf_of.get(x)
                 if b is None or pending[x] != 1 or arrays[x].py_held:
                     continue
-                buf = buffers.table[b]
+                buf = table[b]
                 if buf.refs == 1 and arr.nbytes <= buf.length_bytes <= arr.nbytes + 16384:
                     donated = b
                     break
@@ -174,9 +179,9 @@ def run_eval(
             b = buf_of.get(x)
             if b is not None and b != donated and b not in held:
                 held.append(b)
-                buffers.table[b].refs += 1
-        work_s = arr.kernels * profile.device_dispatch_s + arr.work_bytes / profile.device_bytes_per_s
-        if profile.is_gpu:
+                table[b].refs += 1
+        work_s = arr.kernels * dispatch_s + arr.work_bytes / bytes_per_s
+        if is_gpu:
             open_held.extend(held)
             open_ops += 1
             open_elements += sum(arrays[x].nbytes for x in arr.inputs)
@@ -184,18 +189,15 @@ def run_eval(
             if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
                 commit(host_t)
         else:
-            start = max(device_free_t, host_t)
-            device_free_t = start + work_s + profile.device_dispatch_s  # kernels, then the holder
+            device_free_t = max(device_free_t, host_t) + work_s + dispatch_s  # kernels, then the holder
             heapq.heappush(frees, (device_free_t, next(seq), held))
-            for _ in range(arr.kernels + 1):
-                state.dispatch_phase = (state.dispatch_phase + 1) % profile.dispatches_per_task
-                if state.dispatch_phase == 0:
-                    task_ends.append(device_free_t)
+            boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
+            task_ends.extend([device_free_t] * boundaries)  # a task completes with its 10th dispatch
         # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
         while task_ends and task_ends[0] <= host_t:
             task_ends.popleft()
-        if len(task_ends) > profile.max_active_tasks:
-            if profile.is_gpu:
+        if len(task_ends) > max_tasks:
+            if is_gpu:
                 commit(host_t)
             host_t = task_ends.popleft()
             drain(host_t)

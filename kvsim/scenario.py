@@ -36,6 +36,11 @@ class Workload:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.decode_tokens
 
+    def prefill_tokens(self) -> list[int]:
+        """Tokens of each prefill step (the last chunk may be shorter)."""
+        full, rest = divmod(self.prompt_tokens, self.prefill_chunk)
+        return [self.prefill_chunk] * full + ([rest] if rest else [])
+
     def step_tokens(self) -> list[int]:
         """Tokens of each step in order (the last prefill chunk may be shorter)."""
         full, rest = divmod(self.prompt_tokens, self.prefill_chunk)

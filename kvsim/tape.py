@@ -14,33 +14,28 @@ SYNC = -1  # the synchronizer node that takes every output as input
 
 
 def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: int = 20) -> list[int]:
-    """Ids of the arrays to evaluate, in the order MLX dispatches them."""
+    """Ids of the arrays to evaluate, in the order MLX dispatches them.
 
-    def inputs(a: int) -> Sequence[int]:
-        return outputs if a == SYNC else arrays[a].inputs
-
-    def unscheduled(a: int) -> bool:
-        return bool(arrays[a].prim)
-
+    Arrays are created inputs-first, so one backward sweep finds what the outputs reach; every
+    reached array is expanded once, as MLX's DFS does, and each input edge adds one to the
+    degree of the input and of its siblings.
+    """
+    inputs_of = [arr.inputs for arr in arrays]
+    reached = bytearray(len(arrays))
+    for o in outputs:
+        reached[o] = 1
+    for a in range(len(arrays) - 1, -1, -1):
+        if reached[a]:
+            for x in inputs_of[a]:
+                reached[x] = 1
     degree: dict[int, int] = {}
-    stack: list[list[int]] = [[SYNC, 0]]
-    while stack:
-        top = stack[-1]
-        ins = inputs(top[0])
-        if top[1] < len(ins):
-            x = ins[top[1]]
-            top[1] += 1
-            if x not in degree:
-                stack.append([x, 0])
-                degree[x] = 1
-                for s in arrays[x].siblings:
-                    degree[s] = 1
-            else:
-                degree[x] += 1
-                for s in arrays[x].siblings:
-                    degree[s] += 1
-            continue
-        stack.pop()
+    get = degree.get
+    for a in [SYNC, *(i for i in range(len(arrays)) if reached[i])]:
+        for x in outputs if a == SYNC else inputs_of[a]:
+            degree[x] = get(x, 0) + 1
+            for s in arrays[x].siblings:
+                degree[s] = get(s, 0) + 1
+    scheduled = [bool(arr.prim) for arr in arrays]
 
     tape: list[int] = [SYNC]
     pending: list[tuple[int, int]] = []
@@ -51,24 +46,27 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
         else:
             a, j = tape[i], 0
             i += 1
-        ins = inputs(a)
-        while j < len(ins):
+        ins = outputs if a == SYNC else inputs_of[a]
+        n = len(ins)
+        while j < n:
             x = ins[j]
-            if not unscheduled(x):
-                j += 1
+            j += 1
+            if not scheduled[x]:
                 continue
             if len(tape) - i >= max_width:
-                pending.append((a, j))
+                pending.append((a, j - 1))
                 break
-            degree[x] -= 1
-            if degree[x] != 0:
-                for s in arrays[x].siblings:
+            d = degree[x] - 1
+            sibs = arrays[x].siblings
+            if d != 0:
+                degree[x] = d
+                for s in sibs:
                     degree[s] -= 1
-                j += 1
                 continue
             del degree[x]
-            for s in arrays[x].siblings:
+            for s in sibs:
                 degree.pop(s, None)
             tape.append(x)
-            j += 1
-    return [a for a in reversed(tape) if a != SYNC]
+    tape.reverse()
+    tape.pop()  # the synchronizer
+    return tape
