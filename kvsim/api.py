@@ -28,7 +28,7 @@ def simulate(
     """
     profile = profile or load_profile(scenario.backend)
     engine = simulate_timeline(scenario, profile, record_events)
-    low, high = _peak_range(scenario, profile, engine)
+    low, high = peak_range(scenario, profile, engine)
     return SimResult(
         scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
         _summary(engine, low, high, memory_limit_bytes),
@@ -39,15 +39,18 @@ def _peak(engine: Engine) -> int:
     return max(run.peak_bytes for run in engine.timeline)
 
 
-def _peak_range(scenario: Scenario, profile: BackendProfile, engine: Engine) -> tuple[int, int]:
+def peak_range(scenario: Scenario, profile: BackendProfile, engine: Engine) -> tuple[int, int]:
     """Where frees are asynchronous (GPU), the peak under the fastest and slowest completions."""
     if not profile.is_gpu:
         return _peak(engine), _peak(engine)
     peaks = [_peak(engine)]
-    for lag_s in (profile.completion_lag_low_s, profile.completion_lag_high_s):
-        other = simulate_timeline(scenario, replace(profile, completion_lag_s=lag_s), record_events=False)
-        peaks.append(_peak(other))
-    return min(peaks), max(peaks)
+    for nodes, lag_s in (
+        (profile.graph_nodes_per_kernel_low, profile.completion_lag_low_s),
+        (profile.graph_nodes_per_kernel_high, profile.completion_lag_high_s),
+    ):
+        variant = replace(profile, graph_nodes_per_kernel=nodes, completion_lag_s=lag_s)
+        peaks.append(_peak(simulate_timeline(scenario, variant, record_events=False)))
+    return round(min(peaks) * (1 - profile.range_margin)), round(max(peaks) * (1 + profile.range_margin))
 
 
 def _summary(engine: Engine, low: int, high: int, limit_bytes: int | None) -> Summary:

@@ -152,7 +152,7 @@ def load_calibrations(
         values = sorted({h[key] for _, h, _ in kept})
         if chosen is None and len(values) > 1:
             names = ", ".join(f"{p.name} ({h[key]})" for p, h, _ in kept)
-            raise CalibrationFileError(paths[0].parent, None, f"files mix {key}s {values}: pass {key}= to choose one ({names})")
+            raise CalibrationFileError(paths[0].parent, None, f"files mix {key}s {values}: choose one with {key}= (CLI: --{key.replace('_', '-')}) ({names})")
     headers = [h for _, h, _ in kept]
     records = [{**rec, "source": p.name} for p, _, recs in kept for rec in recs]
     return headers, records

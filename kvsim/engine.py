@@ -8,7 +8,7 @@ stand for the whole run. Cost therefore grows with growth events, not with token
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -123,6 +123,10 @@ class Engine:
                 pools[key] = g.leaf(0, self.pool_buffers[key])
                 leaf_buffers[pools[key]] = self.pool_buffers[key]
                 self.buffers.incref(self.pool_buffers[key])
+            if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
+                copied += self.grow_at_barrier(i, st, growth)
+                self.grow_events += 1
+                growth = None
             ls = LayerStep(
                 index=i,
                 rows=rows,
@@ -135,11 +139,6 @@ class Engine:
                 q_row_bytes=lay.row_bytes * w.batch,
                 batch_heads=lay.kv_heads * w.batch,
             )
-            if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
-                copied += self.grow_at_barrier(i, st, growth)
-                self.grow_events += 1
-                growth = None
-            ls = replace(ls, capacity_rows=st.capacity_rows, growth=growth)
             old: dict[str, int] = {}
             for c in st.components:
                 if c.name in st.buffers:
@@ -154,7 +153,7 @@ class Engine:
                     copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
         barrier_s = self.barrier_s
         held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
-        seconds = barrier_s + main_s
+        seconds = barrier_s + main_s + len(g.arrays) * self.profile.python_array_s
         for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
             self.buffers.decref(held.pop(bid), seconds)
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
@@ -185,8 +184,10 @@ class Engine:
             new = sub.op("Concatenate", [prefix, zeros], total, kernels=2, work_bytes=2 * total)
             sub.arrays[new].label = (index, c.name)
             sub.outputs.append(new)
-            held, seconds = run_eval(sub, {old: st.buffers[c.name]}, self.buffers, self.profile, self.eval_state)
-            self.barrier_s += seconds
+            held, seconds = run_eval(
+                sub, {old: st.buffers[c.name]}, self.buffers, self.profile, self.eval_state, synchronize=False
+            )
+            self.barrier_s += seconds + len(sub.arrays) * self.profile.python_array_s
             st.buffers[c.name] = held[new]
             copied += growth.kept_rows * c.row_bytes
         st.capacity_rows = growth.capacity_rows
@@ -234,36 +235,46 @@ class Engine:
         self.step_index += count
 
     def decode_run(self, start: int, count: int) -> StepOutcome:
-        """Steps ``start .. start+count-1`` of one token each, none of which grows."""
+        """Steps ``start .. start+count-1`` of one token each, none of which grows.
+
+        A step's graph depends on which layers get a row (the ratios dividing t+1), which hold
+        rows, and which are full (no slice on the way out). Fullness changes at most once per
+        layer in a run, so the run splits into a few segments of a few step patterns each. Each
+        pattern is evaluated once, at its last step (most rows, for ``sdpa``); the run's peak is
+        the largest and its time the count-weighted mean.
+        """
+        end = start + count
         ratios = sorted({st.spec.ratio for st in self.layers})
-        candidates = {start + count - 1}
-        for r in ratios:
-            t = ((start + count) // r) * r - 1  # last step in the run that gives ratio-r layers a row
-            if t >= start:
-                candidates.add(t)
-        lcm = math.lcm(*ratios)
-        t = ((start + count) // lcm) * lcm - 1
-        if t >= start:
-            candidates.add(t)
+        cuts = {st.capacity_rows * st.spec.ratio - 1 for st in self.layers if st.capacity_rows}
+        edges = [start, *sorted(t for t in cuts if start < t < end), end]
         base_active = self.alloc.active_bytes
-        peak, seconds, last = 0, 0.0, None
-        for t in sorted(candidates):
-            sig = tuple(st.spec.rows_in_step(t, 1) for st in self.layers)
-            key = (sig, self.scenario.consumer == "sdpa" and t)
-            if key not in self.memo:
-                held_before = [st.held_rows for st in self.layers]
-                self._advance_rows(t)
-                out = self.step(t, 1)
-                self.memo[key] = (out.peak_bytes - base_active, out.seconds)
-                for st, h in zip(self.layers, held_before):
-                    st.held_rows = h
-                last = out
-            delta, secs = self.memo[key]
-            peak, seconds = max(peak, base_active + delta), secs
-        self._advance_rows(start + count)
-        self.decode_s.append(seconds)
-        cache = last.cache_bytes if last else self.alloc.cache_bytes
-        return StepOutcome(self.alloc.active_bytes, cache, peak, seconds * count, False, 0)
+        peak, total_s, cache = 0, 0.0, self.alloc.cache_bytes
+        for a, b in zip(edges, edges[1:]):
+            counts, last = step_patterns(ratios, a, b - a)
+            for pattern, n_steps in counts.items():
+                delta, secs, cache = self._pattern_step(last[pattern], base_active, cache)
+                peak, total_s = max(peak, base_active + delta), total_s + secs * n_steps
+        self._advance_rows(end)
+        self.decode_s.append(total_s / count)
+        return StepOutcome(self.alloc.active_bytes, cache, peak, total_s, False, 0)
+
+    def _pattern_step(self, t: int, base_active: int, cache: int) -> tuple[int, float, int]:
+        """Peak over ``base_active`` and seconds of decode step ``t``, evaluated once per signature."""
+        sig = tuple(
+            (st.spec.rows_in_step(t, 1), st.spec.rows_after(t) > 0, st.spec.rows_after(t + 1) >= st.capacity_rows)
+            for st in self.layers
+        )
+        key = (sig, self.scenario.consumer == "sdpa" and t)
+        if key not in self.memo:
+            held_before = [st.held_rows for st in self.layers]
+            self._advance_rows(t)
+            out = self.step(t, 1)
+            self.memo[key] = (out.peak_bytes - base_active, out.seconds)
+            cache = out.cache_bytes
+            for st, h in zip(self.layers, held_before):
+                st.held_rows = h
+        delta, secs = self.memo[key]
+        return delta, secs, cache
 
     def _advance_rows(self, token: int) -> None:
         for st in self.layers:
@@ -294,6 +305,31 @@ class Engine:
             (self.growth_s if out.grew else self.decode_s).append(out.seconds)
             yield env.timeout(out.seconds)
             start += 1
+
+
+def step_patterns(ratios: list[int], start: int, count: int) -> tuple[dict[frozenset[int], int], dict[frozenset[int], int]]:
+    """For decode steps ``start .. start+count-1``: how many steps give rows to exactly the
+    ratios in each pattern (the ratios dividing t+1), and the last step of each pattern."""
+
+    def pattern(t: int) -> frozenset[int]:
+        return frozenset(r for r in ratios if (t + 1) % r == 0)
+
+    period = math.lcm(*ratios)
+    end = start + count
+    counts: dict[frozenset[int], int] = {}
+    if count <= 2 * period:
+        for t in range(start, end):
+            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
+    else:  # whole periods, then the remainder
+        whole, rest = divmod(count, period)
+        for t in range(start, start + period):
+            counts[pattern(t)] = counts.get(pattern(t), 0) + whole
+        for t in range(start + whole * period, end):
+            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
+    last: dict[frozenset[int], int] = {}
+    for t in range(end - 1, max(start, end - period) - 1, -1):
+        last.setdefault(pattern(t), t)
+    return counts, last
 
 
 def simulate_timeline(scenario: Scenario, profile: BackendProfile, record_events: bool = True) -> Engine:

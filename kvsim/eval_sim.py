@@ -40,9 +40,9 @@ class Buffers:
     table: dict[int, Buffer] = field(default_factory=dict)
     ids: itertools.count = field(default_factory=itertools.count)
 
-    def new(self, nbytes: int, t: float, label: tuple[int, str] | None = None) -> int:
+    def new(self, nbytes: int, t: float, label: tuple[int, str] | None = None, refs: int = 0) -> int:
         bid = next(self.ids)
-        self.table[bid] = buf = Buffer(self.alloc.malloc(nbytes), 0, label)
+        self.table[bid] = buf = Buffer(self.alloc.malloc(nbytes), refs, label)
         if self.on_event and label is not None:
             self.on_event("alloc", buf, t)
         return bid
@@ -53,7 +53,7 @@ class Buffers:
     def decref(self, bid: int, t: float) -> None:
         buf = self.table[bid]
         buf.refs -= 1
-        if buf.refs == 0:
+        if not buf.refs:
             del self.table[bid]
             self.alloc.free(buf.length_bytes)
             if self.on_event and buf.label is not None:
@@ -62,9 +62,15 @@ class Buffers:
 
 @dataclass(slots=True)
 class EvalState:
-    """Scheduler state that carries over between evals (the CPU encoder's dispatch phase)."""
+    """Scheduler state that carries over between evals: the CPU encoder's dispatch phase and,
+    within a step, the clock, the device's busy time and frees still pending (a GPU completion
+    handler may free a barrier eval's inputs after ``mx.eval`` has returned)."""
 
     dispatch_phase: int = 0
+    clock_s: float = 0.0
+    device_free_s: float = 0.0
+    frees: list[tuple[float, int, list[int]]] = field(default_factory=list)
+    seq: itertools.count = field(default_factory=itertools.count)
 
 
 def run_eval(
@@ -73,9 +79,10 @@ def run_eval(
     buffers: Buffers,
     profile: BackendProfile,
     state: EvalState,
+    synchronize: bool = True,
 ) -> tuple[dict[int, int], float]:
     """Evaluate ``g.outputs``; return {array id: buffer id} of Python-held arrays and the
-    simulated seconds the step took.
+    simulated seconds it took.
 
     Args:
         g: The step graph (creation order = Python program order).
@@ -83,7 +90,9 @@ def run_eval(
             their references are transferred to the graph.
         buffers: Live buffers and the allocator.
         profile: Backend rules and timing.
-        state: Scheduler state carried between steps.
+        state: Scheduler state carried between evals.
+        synchronize: ``mx.eval`` then ``mx.synchronize()`` (every free lands); otherwise a bare
+            ``mx.eval``, which returns when the device finishes, before late frees.
     """
     arrays = g.arrays
     order = execution_order(arrays, g.outputs, profile.bfs_max_width)
@@ -96,19 +105,17 @@ def run_eval(
     for o in g.outputs:
         arrays[o].py_held = True
 
-    frees: list[tuple[float, int, list[int]]] = []  # (time, seq, buffer ids) from completions
-    seq = itertools.count()
-    host_t = 0.0
+    frees = state.frees  # heap of (time, seq, buffer ids) from completions
+    seq = state.seq
+    start_t = host_t = state.clock_s
+
+    decref = buffers.decref
 
     def drain(until: float) -> None:
         while frees and frees[0][0] <= until:  # noqa: SIM113
             t, _, bids = heapq.heappop(frees)
             for b in bids:
-                buffers.decref(b, t)
-
-    def release_desc(x: int, t: float) -> None:
-        if not arrays[x].py_held and x in buf_of:
-            buffers.decref(buf_of.pop(x), t)
+                decref(b, t)
 
     # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
     for i, arr in enumerate(arrays):
@@ -122,7 +129,7 @@ def run_eval(
         elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
             buffers.decref(buf_of.pop(i), host_t)
 
-    device_free_t = 0.0
+    device_free_t = state.device_free_s
     task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
     open_held: list[int] = []  # GPU: buffers the open command buffer holds
     open_ops = 0
@@ -142,8 +149,8 @@ def run_eval(
 
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
-    is_gpu = profile.is_gpu
-    table = buffers.table
+    is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
+    table, new = buffers.table, buffers.new
     for a in order:
         arr = arrays[a]
         host_t += node_s + arr.kernels * kernel_s
@@ -155,8 +162,7 @@ def run_eval(
             table[b].refs += 1
         else:
             for sib in arr.siblings:  # other outputs of a multi-output primitive
-                buf_of[sib] = buffers.new(arrays[sib].nbytes, host_t, arrays[sib].label)
-                buffers.incref(buf_of[sib])
+                buf_of[sib] = new(arrays[sib].nbytes, host_t, arrays[sib].label, 1)
             for pos in arr.donors:
                 x = arr.inputs[pos]
                 b = buf_of.get(x)
@@ -168,12 +174,12 @@ def run_eval(
                     break
             if donated is not None:
                 buf_of[a] = donated
-                buffers.incref(donated)
-                if arr.label is not None and buffers.table[donated].label is None:
-                    buffers.table[donated].label = arr.label
+                buf = table[donated]
+                buf.refs += 1
+                if arr.label is not None and buf.label is None:
+                    buf.label = arr.label
             else:
-                buf_of[a] = buffers.new(arr.nbytes, host_t, arr.label)
-                buffers.incref(buf_of[a])
+                buf_of[a] = new(arr.nbytes, host_t, arr.label, 1)
         held = []
         for x in arr.inputs:
             b = buf_of.get(x)
@@ -183,16 +189,20 @@ def run_eval(
         work_s = arr.kernels * dispatch_s + arr.work_bytes / bytes_per_s
         if is_gpu:
             open_held.extend(held)
-            open_ops += 1
-            open_elements += sum(arrays[x].nbytes for x in arr.inputs)
+            open_ops += arr.kernels * nodes_per_kernel  # graph nodes: views launch none
+            if arr.kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
+                open_elements += sum(arrays[x].nbytes for x in arr.inputs) // 2
             open_work_s += work_s
             if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
                 commit(host_t)
         else:
-            device_free_t = max(device_free_t, host_t) + work_s + dispatch_s  # kernels, then the holder
-            heapq.heappush(frees, (device_free_t, next(seq), held))
+            # kernels, then the holder whose completion frees the inputs
+            device_free_t = (device_free_t if device_free_t > host_t else host_t) + work_s + dispatch_s
+            if held:
+                heapq.heappush(frees, (device_free_t, next(seq), held))
             boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
-            task_ends.extend([device_free_t] * boundaries)  # a task completes with its 10th dispatch
+            if boundaries:  # a task completes with its 10th dispatch
+                task_ends.extend([device_free_t] * boundaries)
         # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
         while task_ends and task_ends[0] <= host_t:
             task_ends.popleft()
@@ -201,18 +211,24 @@ def run_eval(
                 commit(host_t)
             host_t = task_ends.popleft()
             drain(host_t)
-        for x in arr.inputs:
+        for x in arr.inputs:  # detach: an input no later op reads loses this reference
             pending[x] -= 1
-            if pending[x] == 0:
-                release_desc(x, host_t)
+            if pending[x] == 0 and not arrays[x].py_held and x in buf_of:
+                decref(buf_of.pop(x), host_t)
     if profile.is_gpu:
         commit(host_t)
-    end_t = max([host_t, device_free_t] + [t for t, _, _ in frees])
-    drain(float("inf"))
+    if synchronize:
+        end_t = max([host_t, device_free_t] + [t for t, _, _ in frees])
+        drain(float("inf"))
+        state.clock_s = state.device_free_s = 0.0
+    else:
+        end_t = max(host_t, device_free_t)
+        drain(end_t)
+        state.clock_s, state.device_free_s = end_t, device_free_t
     for x in list(buf_of):
         if not arrays[x].py_held:
             buffers.decref(buf_of.pop(x), end_t)
-    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t
+    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
 
 
 def _reachable(g: StepGraph, scheduled: set[int]) -> set[int]:

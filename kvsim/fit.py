@@ -32,7 +32,9 @@ from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
-LAG_GRID_S = (0.0, *np.geomspace(1e-6, 3e-3, 12).tolist())
+LAG_GRID_S = (0.0, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4)
+NODES_GRID = (1.0, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0)
+MAX_RANGE_WIDTH = 1.35  # the widest peak range (high / low) the profile may predict
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
 Log = Callable[[str], None]
@@ -141,42 +143,75 @@ def fit_shape(observations: list[Observation], profile: BackendProfile, max_eval
 
 
 def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log) -> BackendProfile:
-    """Scale all times so the median decode-step time ratio (measured / simulated) is 1."""
-    ratios = decode_log_ratios(observations, simulate_all(observations, profile)[1])
-    if not ratios:
+    """The time model: decode step = ``scale`` × the simulated eval time + arrays built ×
+    ``python_array_s``. Both are chosen to minimise the median |log(measured / simulated)|."""
+    from scipy.optimize import minimize
+
+    eval_s = simulate_all(observations, replace(profile, python_array_s=0.0))[1]
+    unit = 1e-6
+    with_build = simulate_all(observations, replace(profile, python_array_s=unit))[1]
+    rows = [
+        (o.decode_step_s, e, (b - e) / unit)
+        for o, e, b in zip(observations, eval_s, with_build)
+        if o.decode_step_s and e is not None and b is not None
+    ]
+    if not rows:
         log("scale: no decode-step times in the data; times left as they are")
         return profile
-    factor = math.exp(statistics.median(ratios))
-    log(f"scale: all times x{factor:.4g} (median measured/simulated decode step over {len(ratios)} scenarios)")
-    return scaled(profile, factor)
+
+    def loss(y: np.ndarray) -> float:
+        a, b = np.exp(y)
+        return statistics.median(abs(math.log(m / (a * e + b * n))) for m, e, n in rows)
+
+    starts = [np.log([1.0, 1e-6]), np.log([0.1, 3e-6]), np.log([1.0, 1e-7]), np.log([0.01, 5e-6])]
+    best = min((minimize(loss, y, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5}) for y in starts),
+               key=lambda r: r.fun)
+    factor, per_array_s = (float(v) for v in np.exp(best.x))
+    log(f"scale: eval times x{factor:.4g}, {per_array_s * 1e6:.3g} us per graph array "
+        f"(median |log ratio| {best.fun:.3f} over {len(rows)} scenarios)")
+    return replace(scaled(profile, factor), python_array_s=per_array_s)
 
 
-def _range_key(observations: list[Observation], lows: list[int], highs: list[int]) -> tuple[float, float, float]:
-    inside = sum(lo <= p <= hi for o, lo, hi in zip(observations, lows, highs) for p in o.peaks_bytes)
+def _range_key(
+    observations: list[Observation], lows: list[int], highs: list[int], margin: float
+) -> tuple[float, float, float]:
+    inside = sum(lo * (1 - margin) <= p <= hi * (1 + margin)
+                 for o, lo, hi in zip(observations, lows, highs) for p in o.peaks_bytes)
     widths = [hi / max(lo, 1) for lo, hi in zip(lows, highs)]
     return (-inside, max(widths), statistics.median(widths))
 
 
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
-    """GPU: the point completion lag, then the narrowest lag range covering the training runs."""
-    grid = list(LAG_GRID_S)
-    table = [point_peaks(observations, replace(profile, completion_lag_s=lag)) for lag in grid]
+    """GPU: how many graph nodes MLX counts per kernel and how late completions free, as a
+    point (least peak loss), then the early/late pair whose range holds the most training runs
+    within ``MAX_RANGE_WIDTH``."""
+    grid = [(n, lag) for n in NODES_GRID for lag in LAG_GRID_S]
+    table = [
+        point_peaks(observations, replace(profile, graph_nodes_per_kernel=n, completion_lag_s=lag)) for n, lag in grid
+    ]
     losses = [peak_loss(observations, peaks) for peaks in table]
     point = min(range(len(grid)), key=lambda g: (losses[g], g))
     best: tuple[tuple[float, float, float], int, int] | None = None
-    for lo in range(point + 1):
-        for hi in range(point, len(grid)):
+    for lo in range(len(grid)):
+        for hi in range(len(grid)):
             lows = [min(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
             highs = [max(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
-            key = _range_key(observations, lows, highs)
-            if best is None or key < best[0]:
+            key = _range_key(observations, lows, highs, profile.range_margin)
+            if key[1] <= MAX_RANGE_WIDTH and (best is None or key < best[0]):
                 best = (key, lo, hi)
-    assert best is not None
+    if best is None:
+        best = (_range_key(observations, table[point], table[point], profile.range_margin), point, point)
     (neg_inside, width, _), lo, hi = best
     runs = sum(len(o.peaks_bytes) for o in observations)
-    log(f"lag: point {grid[point] * 1e6:.3g} us (loss {losses[point]:.3f}); range [{grid[lo] * 1e6:.3g}, "
-        f"{grid[hi] * 1e6:.3g}] us holds {-neg_inside}/{runs} train runs, max width {width:.3f}x")
-    fitted = replace(profile, completion_lag_s=grid[point], completion_lag_low_s=grid[lo], completion_lag_high_s=grid[hi])
+    (n_pt, lag_pt), (n_lo, lag_lo), (n_hi, lag_hi) = grid[point], grid[lo], grid[hi]
+    log(f"lag: point {n_pt:g} nodes/kernel, {lag_pt * 1e6:.3g} us (loss {losses[point]:.3f}); range "
+        f"({n_lo:g}, {lag_lo * 1e6:.3g} us)..({n_hi:g}, {lag_hi * 1e6:.3g} us) holds {-neg_inside}/{runs} "
+        f"train runs, max width {width:.3f}x")
+    fitted = replace(
+        profile, graph_nodes_per_kernel=n_pt, completion_lag_s=lag_pt,
+        graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo,
+        graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi,
+    )
     return fitted, len(grid) * len(observations)
 
 

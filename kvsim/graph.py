@@ -7,6 +7,7 @@ other ops allocate their output at dispatch unless they donate an input's buffer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 VIEW_PRIMS = frozenset({"Slice", "Broadcast", "Squeeze", "Transpose", "ExpandDims"})
@@ -30,12 +31,12 @@ class Array:
 
     nbytes: int
     prim: str = ""
-    inputs: list[int] = field(default_factory=list)
+    inputs: Sequence[int] = ()
     kernels: int = 0
     work_bytes: int = 0
     donors: tuple[int, ...] = ()
     py_held: bool = False
-    siblings: list[int] = field(default_factory=list)
+    siblings: Sequence[int] = ()
     label: tuple[int, str] | None = None
     eager: bool = False  # a scalar leaf allocated when Python builds the graph
     buffer_id: int = -1  # for a persistent leaf: the engine's buffer id
@@ -70,8 +71,8 @@ class StepGraph:
         work_bytes: int | None = None,
         donors: tuple[int, ...] = (),
     ) -> int:
-        if prim in VIEW_PRIMS:
-            nbytes, kernels = self.arrays[inputs[0]].nbytes, 0
+        if prim in VIEW_PRIMS:  # shares its input's buffer: no allocation, no kernel, no work
+            nbytes, kernels, work_bytes = self.arrays[inputs[0]].nbytes, 0, 0
         self.arrays.append(
             Array(nbytes, prim, inputs, kernels, nbytes if work_bytes is None else work_bytes, donors)
         )

@@ -33,10 +33,17 @@ class BackendProfile:
     The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
     when the task (CPU) or command buffer (GPU) holding them completes.
 
+    The peak range of an asynchronous backend comes from two more runs of the model: frees as
+    early as the data shows (``graph_nodes_per_kernel_low``, ``completion_lag_low_s``) and as
+    late (``graph_nodes_per_kernel_high``, ``completion_lag_high_s``), widened by
+    ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding).
+
     Timing (fitted): host seconds per graph node and per kernel launch; device seconds per
     dispatch plus bytes moved over ``device_bytes_per_s``; ``completion_lag_s`` between a GPU
     command buffer finishing and its inputs being freed, with the range
-    ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation.
+    ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation;
+    ``python_array_s`` the time Python and MLX take to build each lazy array of a step's graph
+    (it adds to step time, not to memory: nothing is allocated while the graph is built but scalars).
     """
 
     name: str
@@ -51,6 +58,10 @@ class BackendProfile:
     max_active_tasks: int = 10
     commit_ops: int = 0
     commit_elements: int = 0
+    graph_nodes_per_kernel: float = 1.0
+    graph_nodes_per_kernel_low: float = 1.0
+    graph_nodes_per_kernel_high: float = 1.0
+    range_margin: float = 0.005
     bfs_max_width: int = 20
     host_node_s: float = 2.0e-6
     host_kernel_s: float = 1.0e-6
@@ -59,6 +70,7 @@ class BackendProfile:
     completion_lag_s: float = 0.0
     completion_lag_low_s: float = 0.0
     completion_lag_high_s: float = 0.0
+    python_array_s: float = 3.0e-6
     notes: str = ""
 
     @property
@@ -77,6 +89,10 @@ FITTED_FIELDS: tuple[str, ...] = (
     "completion_lag_s",
     "completion_lag_low_s",
     "completion_lag_high_s",
+    "python_array_s",
+    "graph_nodes_per_kernel",
+    "graph_nodes_per_kernel_low",
+    "graph_nodes_per_kernel_high",
 )
 
 DEFAULTS: dict[str, BackendProfile] = {

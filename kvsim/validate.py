@@ -130,13 +130,12 @@ def _peak(engine: Engine) -> int:
 
 
 def predict(scenario: Scenario, profile: BackendProfile) -> Prediction:
-    """Simulate ``scenario``; on GPU profiles also at the low and high completion lags."""
+    """Simulate ``scenario``; on GPU profiles also its early- and late-free variants (the range)."""
+    from kvsim.api import peak_range
+
     engine = simulate_timeline(scenario, profile, record_events=False)
-    peaks = [_peak(engine)]
-    if profile.is_gpu:
-        for lag_s in (profile.completion_lag_low_s, profile.completion_lag_high_s):
-            peaks.append(_peak(simulate_timeline(scenario, replace(profile, completion_lag_s=lag_s), record_events=False)))
-    return Prediction(peaks[0], min(peaks), max(peaks), engine.timeline[-1].active_bytes, decode_step_s(engine))
+    low, high = peak_range(scenario, profile, engine)
+    return Prediction(_peak(engine), low, high, engine.timeline[-1].active_bytes, decode_step_s(engine))
 
 
 def compare(obs: Observation, pred: Prediction, is_gpu: bool) -> dict[str, Any]:

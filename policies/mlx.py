@@ -20,6 +20,7 @@ from policies.growth import (
     GrowthPolicy,
     LowPeakPolicy,
     PreallocPolicy,
+    QuantizedPolicy,
     StepPolicy,
 )
 from policies.mlx_base import PolicyKVCache
@@ -41,7 +42,20 @@ __all__ = [
 ]
 
 
-class StepKVCache(PolicyKVCache):
+class _Quantizable(PolicyKVCache):
+    """``to_quantized`` as mlx-lm ``KVCache``'s (used by ``generate_step(kv_bits=...)``)."""
+
+    def to_quantized(self, group_size: int = 64, bits: int = 4) -> QuantizedPolicyKVCache:
+        """A quantized cache of the whole capacity buffer (step 256 from then on), as mlx-lm does."""
+        quant = QuantizedPolicyKVCache(QuantizedPolicy(256, bits, group_size))
+        quant.offset = self.offset
+        if self.keys is not None:
+            quant.keys = tuple(mx.quantize(self.keys, group_size=group_size, bits=bits))
+            quant.values = tuple(mx.quantize(self.values, group_size=group_size, bits=bits))
+        return quant
+
+
+class StepKVCache(_Quantizable):
     """mlx-lm ``KVCache`` exactly (same ops, same memory), with ``step`` from the policy."""
 
     policy_name = "step"
@@ -50,7 +64,7 @@ class StepKVCache(PolicyKVCache):
         super().__init__(policy or StepPolicy())
 
 
-class PreallocKVCache(PolicyKVCache):
+class PreallocKVCache(_Quantizable):
     """mlx-lm PR #1038 ``KVCache(max_size=M)``: ``max(M, rows)`` zeros first, then step growth."""
 
     policy_name = "prealloc"
@@ -59,7 +73,7 @@ class PreallocKVCache(PolicyKVCache):
         super().__init__(policy)
 
 
-class GeometricKVCache(PolicyKVCache):
+class GeometricKVCache(_Quantizable):
     """Seed rows, then multiply capacity by ``factor`` (capped); growth by concat with zeros."""
 
     policy_name = "geometric"
@@ -68,7 +82,7 @@ class GeometricKVCache(PolicyKVCache):
         super().__init__(policy)
 
 
-class FullKVCache(PolicyKVCache):
+class FullKVCache(_Quantizable):
     """The whole context's rows on the first update; past it, exact-fit concat of the live rows."""
 
     policy_name = "full"
@@ -77,7 +91,7 @@ class FullKVCache(PolicyKVCache):
         super().__init__(policy)
 
 
-class LowPeakKVCache(PolicyKVCache):
+class LowPeakKVCache(_Quantizable):
     """Step arithmetic, but K and V each grow behind their own evaluation barrier.
 
     At a growth: ``new_k = concat([old_k prefix, zeros(ext)])``, ``mx.eval(new_k)``, drop

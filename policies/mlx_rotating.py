@@ -13,7 +13,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import RotatingKVCache
 
 from policies.growth import Mechanism, RotatingPolicy
-from policies.mlx_base import PolicyKVCache, check_kv_pair, check_trim, check_update, policy_from_meta, policy_meta
+from policies.mlx_base import PolicyKVCache, check_kv_pair, check_trim, policy_from_meta, policy_meta
 
 
 class RotatingPolicyKVCache(PolicyKVCache):
@@ -39,7 +39,7 @@ class RotatingPolicyKVCache(PolicyKVCache):
         return self.policy.keep_rows  # type: ignore[attr-defined]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        rows = check_update(keys, values, self.keys, self.values)
+        rows = self._rows(keys, values)
         if rows == 1:
             return self._update_in_place(keys, values)
         return self._update_concat(keys, values, rows)
@@ -111,6 +111,7 @@ class RotatingPolicyKVCache(PolicyKVCache):
     @state.setter
     def state(self, v: Any) -> None:
         self.keys, self.values = check_kv_pair(v)
+        self._sig = None
 
     @property
     def meta_state(self) -> tuple[str, ...]:

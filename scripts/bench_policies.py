@@ -1,7 +1,8 @@
 """Every growth policy side by side on real MLX: peak, peak over steady, over-allocation, speed.
 
 Runs the contract's reference workload (``kvsim.measure.run_reference``) for each policy, in
-A B B A order (every policy twice, the second pass reversed), prints a table and writes
+A B B A order (every policy twice, the second pass reversed, after one unrecorded warm-up run
+per workload), prints a table and writes
 ``<out>/<backend>-mlx<version>-<yyyymmdd>.json`` atomically.
 
     python scripts/bench_policies.py            # sizes picked for the backend (GPU: full, CPU: reduced)
@@ -46,15 +47,6 @@ SIZES: dict[str, dict[str, tuple[int, int, int]]] = {
 LAYERS = {"full": 32, "cpu": 32, "quick": 4}  # layers of the uniform model
 
 
-class _HeldKVCache(lm_cache.KVCache):
-    """mlx-lm ``KVCache`` unchanged, except ``state`` gives the live ``(keys, values)`` (mlx-lm's
-    newer form), which ``run_reference`` reads on layers that get no row in a step."""
-
-    @property
-    def state(self) -> tuple[mx.array, mx.array]:  # type: ignore[override]
-        return self.keys_and_values()
-
-
 def policies_for(workload: str, total_tokens: int) -> list[tuple[str, dict[str, Any] | None]]:
     """(label, policy dict) pairs; ``None`` marks an mlx-lm reference class."""
     window = max(256, total_tokens // 2)
@@ -67,7 +59,7 @@ def policies_for(workload: str, total_tokens: int) -> list[tuple[str, dict[str, 
         (f"rotating-{window}", {"name": "rotating", "max_size": window}),
         ("lowpeak", {"name": "lowpeak"}),
     ]
-    if workload.endswith("last_row"):  # quantized K/V needs a quantized SDPA, which run_reference lacks
+    if workload.endswith("last_row"):  # run_reference reads quantized K/V by last row, even under sdpa
         out += [(REF_Q, None), ("quantized", {"name": "quantized", "bits": 8, "group_size": 64})]
     return out
 
@@ -91,7 +83,7 @@ def _factory(label: str, made: list[Any]) -> Any:
     def factory(sc: Scenario, i: int) -> Any:
         if label == REF:
             lm_cache.KVCache.step = 256
-            cache: Any = _HeldKVCache()
+            cache: Any = lm_cache.KVCache()
         elif label == REF_Q:
             cache = lm_cache.QuantizedKVCache(group_size=64, bits=8)
         else:
@@ -190,6 +182,7 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.write("\n")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -208,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for workload, sizes in SIZES[profile].items():
         pols = policies_for(workload, sizes[0] + sizes[2])
+        run_one(workload, profile, *pols[0])  # warm-up, not recorded: the first run pays one-time costs
         for label, policy in pols + pols[::-1]:  # A B ... B A
             runs.append(run_one(workload, profile, label, policy))
             print(f"  {workload} {label}: peak {runs[-1]['peak_bytes'] / MIB:.1f} MiB", file=sys.stderr, flush=True)

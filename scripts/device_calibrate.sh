@@ -6,16 +6,9 @@
 # Env: STAGE (default /tmp/stage), SITE (default /tmp/site), PY (default python3), OUT (results dir).
 set -uo pipefail
 repeats=${1:-3}; budget_s=${2:-420}; shift $(( $# < 2 ? $# : 2 ))
-stage=${STAGE:-/tmp/stage}; site=${SITE:-/tmp/site}; py=${PY:-python3}; out=${OUT:?OUT must be set}
+py=${PY:-python3}; out=${OUT:?OUT must be set}
 t0=$(date +%s)
-mkdir -p "$site"
-cat "$stage"/cuda.tar.xz.part* .whl2/cuda.tar.xz.part* | xz -d | tar x -C "$site" || { echo "unpack failed"; exit 3; }
-for w in .whl2/*.whl; do "$py" -m zipfile -e "$w" "$site" || exit 3; done
-nv=$("$py" -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
-if [ -n "$nv" ] && [ ! -e "$site/nvidia" ]; then ln -s "$nv" "$site/nvidia"; fi  # libmlx.so RPATH: $ORIGIN/../../nvidia/*
-[ -n "$nv" ] && export LD_LIBRARY_PATH="$(find "$nv" -name 'lib*.so*' -printf '%h\n' | sort -u | tr '\n' ':')${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$PWD"
-[ -n "${DRY:-}" ] && export PYTHONPATH="$PWD"  # local dry run: the cp312 CUDA build cannot load here
+source scripts/device_unpack.sh || exit 3
 echo "unpacked in $(( $(date +%s) - t0 )) s"
 "$py" - <<'PY' 2>&1 | tee "$out/device.txt"
 import json, mlx.core as mx

@@ -11,7 +11,7 @@ import pytest
 from kvsim.calibrate import calibrate
 from kvsim.cli import main
 from kvsim.datafile import read_calibration, write_jsonl_atomic
-from kvsim.fit import LAG_GRID_S, fit_lag, point_peaks
+from kvsim.fit import NODES_GRID, LAG_GRID_S, fit_lag, point_peaks
 from kvsim.profile import DEFAULTS, BackendProfile
 from kvsim.scenario import parse_scenario
 from kvsim.validate import Observation, load_observations, profile_from_file, validate
@@ -122,22 +122,24 @@ def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pyt
     _one_line_error(capsys, "mlx-cuda", "mlx-cpu")
 
 
-def test_gpu_lag_range_covers_spread_runs() -> None:
-    """Runs simulated at two different lags: the fitted range must hold both, the point between."""
+def test_gpu_range_covers_spread_runs() -> None:
+    """Runs simulated with early and late frees: the fitted range must hold both."""
+    from kvsim.api import peak_range
+    from kvsim.engine import simulate_timeline
+
     cuda = DEFAULTS["mlx-cuda"]
     obj = {"id": "lag", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"}, "consumer": "sdpa",
            "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60}}
     probe = Observation(parse_scenario(obj, "mlx-cuda"), "train", (1,), (1,), None, ())
 
-    def peak_at(profile: BackendProfile, lag_s: float) -> int:
-        return point_peaks([probe], replace(profile, completion_lag_s=lag_s))[0]
+    def peak_at(profile: BackendProfile, nodes: float, lag_s: float) -> int:
+        return point_peaks([probe], replace(profile, graph_nodes_per_kernel=nodes, completion_lag_s=lag_s))[0]
 
-    fast, slow = peak_at(cuda, 0.0), peak_at(cuda, 1e-3)
-    assert fast < slow  # the lag matters for this scenario
+    fast, slow = peak_at(cuda, 4.0, 0.0), peak_at(cuda, 1.0, 1e-4)  # more nodes: earlier commits
+    assert fast < slow  # when frees land matters for this scenario
     obs = replace(probe, peaks_bytes=(fast, slow, slow), finals_bytes=(0, 0, 0))
     profile, sweeps = fit_lag([obs], cuda, lambda _: None)
-    lags = (profile.completion_lag_s, profile.completion_lag_low_s, profile.completion_lag_high_s)
-    peaks = [peak_at(profile, lag) for lag in lags]
-    assert min(peaks) <= fast and slow <= max(peaks)
-    assert profile.completion_lag_low_s <= profile.completion_lag_s <= profile.completion_lag_high_s
-    assert sweeps == len(LAG_GRID_S)
+    low, high = peak_range(probe.scenario, profile, simulate_timeline(probe.scenario, profile, False))
+    assert low <= fast and slow <= high
+    assert high / low <= 1.35 * (1 + profile.range_margin) ** 2
+    assert sweeps == len(LAG_GRID_S) * len(NODES_GRID)

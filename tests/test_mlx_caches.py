@@ -24,7 +24,7 @@ from policies.mlx import (  # noqa: E402
 )
 
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
-FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Policies whose returned rows must equal mlx-lm KVCache's (step 256) bit for bit.
 PLAIN = [
@@ -285,3 +285,11 @@ def test_bench_policies_quick_smoke(tmp_path: Any) -> None:
     assert {"lowpeak", "step", "quantized", "mlx-lm KVCache"} <= {p for _, p in names}
     assert all(r["runs"] == 2 and r["peak_bytes"] > 0 and r["steady_bytes"] > 0 for r in doc["rows"])
     assert "lowpeak" in done.stdout and not list(tmp_path.glob("*.tmp"))
+
+
+def test_state_setter_resets_shape_checks() -> None:
+    c = StepKVCache()
+    c.update_and_fetch(*kv(4, heads=2))
+    c.state = kv(6, heads=3, seed=1)
+    one_line_error(lambda: c.update_and_fetch(*kv(1, heads=2)), "does not match the held")
+    assert c.update_and_fetch(*kv(1, heads=3))[0].shape == (1, 3, 7, 32)

@@ -58,8 +58,8 @@ def prompt() -> Any:
     return mx.random.randint(0, 101, (PROMPT_TOKENS,), key=mx.random.key(3))
 
 
-def greedy(model: Any, prompt: Any, cache: list[Any] | None) -> list[int]:
-    steps = generate_step(prompt, model, max_tokens=DECODE_TOKENS, prompt_cache=cache, prefill_step_size=CHUNK)
+def greedy(model: Any, prompt: Any, cache: list[Any] | None, **kwargs: Any) -> list[int]:
+    steps = generate_step(prompt, model, max_tokens=DECODE_TOKENS, prompt_cache=cache, prefill_step_size=CHUNK, **kwargs)
     return [int(tok) for tok, _ in steps]
 
 
@@ -112,3 +112,12 @@ def test_model_sliding_window_caches_are_kept(prompt: Any) -> None:
 def test_default_policy_is_mlx_lm_step(model: Any) -> None:
     cache = make_prompt_cache(model)
     assert len(cache) == len(model.layers) and all(type(c) is StepKVCache for c in cache)
+
+
+@pytest.mark.parametrize("policy", [{"name": "step"}, {"name": "lowpeak"}])
+def test_kv_bits_quantizes_like_mlx_lm(model: Any, prompt: Any, policy: dict[str, Any]) -> None:
+    quant = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 100}
+    ref_cache = [lm_cache.KVCache() for _ in model.layers]
+    ours = make_prompt_cache(model, policy=policy)
+    assert greedy(model, prompt, ours, **quant) == greedy(model, prompt, ref_cache, **quant)
+    assert all(type(a).__name__ == "QuantizedPolicyKVCache" and a.offset == b.offset for a, b in zip(ours, ref_cache))

@@ -1,0 +1,80 @@
+"""Probe MLX-CUDA memory behaviour that the calibration sweep cannot separate (writes JSON lines).
+
+1. ``quantize``: active/peak around each op of one ``QuantizedKVCache`` prefill update.
+2. ``commit``: one growth-heavy scenario under several ``MLX_MAX_OPS_PER_BUFFER`` values (a
+   subprocess each, 3 repeats), to check the simulator's command-buffer commit model.
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+SCENARIO = {
+    "id": "probe", "model": {"n_layers": 12, "kv_heads": 8, "head_dim": 128, "dtype": "float16"},
+    "policy": {"name": "step", "step": 256},
+    "workload": {"prompt_tokens": 2000, "prefill_chunk": 512, "decode_tokens": 600, "batch": 1},
+}
+
+
+def quantize_probe() -> None:
+    import mlx.core as mx
+
+    def mark(label: str) -> None:
+        mx.synchronize()
+        print(json.dumps({"probe": "quantize", "at": label, "active": mx.get_active_memory() - base,
+                          "peak": mx.get_peak_memory() - base, "cache": mx.get_cache_memory()}), flush=True)
+        mx.reset_peak_memory()
+
+    mx.clear_cache()
+    pool = mx.random.normal((1, 2, 300, 128)).astype(mx.float16)
+    mx.eval(pool)
+    mx.synchronize()
+    mx.clear_cache()
+    base = mx.get_active_memory()
+    mx.reset_peak_memory()
+    k = pool * 0.5
+    mx.eval(k)
+    mark("multiply")
+    q = mx.quantize(k, group_size=64, bits=8)
+    mx.eval(q)
+    mark("quantize")
+    del k
+    mark("del k")
+    z = (mx.zeros((1, 2, 512, 32), mx.uint32), mx.zeros((1, 2, 512, 2), mx.float16), mx.zeros((1, 2, 512, 2), mx.float16))
+    mx.eval(z)
+    mark("zeros")
+    for i in range(3):
+        z[i][..., :300, :] = q[i]
+    mx.eval(z)
+    mark("slice_update")
+    k2 = pool * 0.5
+    q2 = mx.quantize(k2, group_size=64, bits=8)
+    del k2
+    mx.eval(q2)
+    mark("multiply+quantize lazily")
+
+
+def commit_probe(ops: str | None) -> None:
+    if ops is None:
+        for value in ("1", "10", "50", "100", "100000"):
+            for _ in range(3):
+                subprocess.run([sys.executable, __file__, "commit", value], check=False,
+                               env={**os.environ, "MLX_MAX_OPS_PER_BUFFER": value})
+        return
+    from kvsim.measure import run_reference
+    from kvsim.scenario import parse_scenario
+
+    m = run_reference(parse_scenario(SCENARIO))
+    print(json.dumps({"probe": "commit", "max_ops": int(ops), "peak": m.peak_bytes,
+                      "step_peaks": [s.peak_bytes for s in m.steps if s.peak_bytes > 1.2 * s.active_bytes]}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "quantize":
+        quantize_probe()
+    else:
+        commit_probe(sys.argv[2] if len(sys.argv) > 2 else None)
