@@ -113,7 +113,7 @@ class Engine:
         pools: dict[tuple[int, int, str], int] = {}
         written: list[tuple[int, LayerState, Growth | None, int]] = []
         copied = 0
-        self.barrier_s = 0.0
+        self.barrier_s, self.barrier_arrays = 0.0, 0
         for i, (st, rows, growth) in enumerate(self.plan(start, n)):
             if rows == 0 and st.held_rows == 0:
                 continue
@@ -145,7 +145,7 @@ class Engine:
                     old[c.name] = g.leaf(st.capacity_rows * c.row_bytes, st.buffers[c.name], py_held=rows == 0)
                     leaf_buffers[old[c.name]] = st.buffers[c.name]
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
-            g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows))
+            g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows, self.profile.sdpa_kernels))
             if rows:
                 written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:
@@ -153,7 +153,8 @@ class Engine:
                     copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
         barrier_s = self.barrier_s
         held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
-        seconds = barrier_s + main_s + len(g.arrays) * self.profile.python_array_s
+        p = self.profile
+        seconds = (barrier_s + main_s) * p.eval_time_scale + (len(g.arrays) + self.barrier_arrays) * p.python_array_s
         for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
             self.buffers.decref(held.pop(bid), seconds)
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
@@ -187,7 +188,8 @@ class Engine:
             held, seconds = run_eval(
                 sub, {old: st.buffers[c.name]}, self.buffers, self.profile, self.eval_state, synchronize=False
             )
-            self.barrier_s += seconds + len(sub.arrays) * self.profile.python_array_s
+            self.barrier_s += seconds
+            self.barrier_arrays += len(sub.arrays)
             st.buffers[c.name] = held[new]
             copied += growth.kept_rows * c.row_bytes
         st.capacity_rows = growth.capacity_rows

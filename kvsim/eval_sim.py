@@ -189,7 +189,7 @@ def run_eval(
         work_s = arr.kernels * dispatch_s + arr.work_bytes / bytes_per_s
         if is_gpu:
             open_held.extend(held)
-            open_ops += arr.kernels * nodes_per_kernel  # graph nodes: views launch none
+            open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
             if arr.kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
                 open_elements += sum(arrays[x].nbytes for x in arr.inputs) // 2
             open_work_s += work_s

@@ -32,9 +32,9 @@ from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
-LAG_GRID_S = (0.0, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4)
-NODES_GRID = (1.0, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0)
-MAX_RANGE_WIDTH = 1.35  # the widest peak range (high / low) the profile may predict
+LAG_GRID_S = (0.0, 1e-5, 2e-5, 3e-5, 5e-5, 7e-5, 1e-4, 1.5e-4, 2e-4)
+NODES_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+MAX_RANGE_WIDTH = 1.32  # widest range (high / low) allowed on train: the target is 1.35, kept with room
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
 Log = Callable[[str], None]
@@ -58,15 +58,6 @@ def log_times(profile: BackendProfile) -> np.ndarray:
 def with_log_times(profile: BackendProfile, x: np.ndarray) -> BackendProfile:
     values = np.exp(x)
     return replace(profile, **dict(zip(TIME_FIELDS, map(float, values[:3]))), device_bytes_per_s=float(1.0 / values[3]))
-
-
-def scaled(profile: BackendProfile, factor: float) -> BackendProfile:
-    """Every time multiplied by ``factor`` (bandwidth divided): same peaks, times scale."""
-    return replace(
-        profile,
-        **{f: getattr(profile, f) * factor for f in (*TIME_FIELDS, "completion_lag_s", "completion_lag_low_s", "completion_lag_high_s")},
-        device_bytes_per_s=profile.device_bytes_per_s / factor,
-    )
 
 
 def point_peaks(observations: list[Observation], profile: BackendProfile) -> list[int]:
@@ -147,9 +138,9 @@ def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log
     ``python_array_s``. Both are chosen to minimise the median |log(measured / simulated)|."""
     from scipy.optimize import minimize
 
-    eval_s = simulate_all(observations, replace(profile, python_array_s=0.0))[1]
+    eval_s = simulate_all(observations, replace(profile, python_array_s=0.0, eval_time_scale=1.0))[1]
     unit = 1e-6
-    with_build = simulate_all(observations, replace(profile, python_array_s=unit))[1]
+    with_build = simulate_all(observations, replace(profile, python_array_s=unit, eval_time_scale=1.0))[1]
     rows = [
         (o.decode_step_s, e, (b - e) / unit)
         for o, e, b in zip(observations, eval_s, with_build)
@@ -166,10 +157,14 @@ def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log
     starts = [np.log([1.0, 1e-6]), np.log([0.1, 3e-6]), np.log([1.0, 1e-7]), np.log([0.01, 5e-6])]
     best = min((minimize(loss, y, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5}) for y in starts),
                key=lambda r: r.fun)
-    factor, per_array_s = (float(v) for v in np.exp(best.x))
-    log(f"scale: eval times x{factor:.4g}, {per_array_s * 1e6:.3g} us per graph array "
-        f"(median |log ratio| {best.fun:.3f} over {len(rows)} scenarios)")
-    return replace(scaled(profile, factor), python_array_s=per_array_s)
+    y = best.x
+    centre = statistics.median(math.log(m / (np.exp(y[0]) * e + np.exp(y[1]) * n)) for m, e, n in rows)
+    if loss(y + centre) <= best.fun:  # scale both terms so the median ratio is exactly 1
+        y = y + centre
+    factor, per_array_s = (float(v) for v in np.exp(y))
+    log(f"time model: eval time x{factor:.4g}, {per_array_s * 1e6:.3g} us per graph array "
+        f"(median |log ratio| {loss(y):.3f} over {len(rows)} scenarios)")
+    return replace(profile, eval_time_scale=factor, python_array_s=per_array_s)
 
 
 def _range_key(

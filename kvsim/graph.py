@@ -45,6 +45,12 @@ class Array:
     def is_view(self) -> bool:
         return self.prim in VIEW_PRIMS
 
+    @property
+    def gpu_nodes(self) -> int:
+        """CUDA graph nodes MLX counts: one per kernel; a concatenation's concurrent copies
+        add an empty join node (``CommandEncoder::ConcurrentContext``)."""
+        return self.kernels + (self.prim == "Concatenate")
+
 
 @dataclass(slots=True)
 class StepGraph:

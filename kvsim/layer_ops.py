@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.attention import fused_attention
 from kvsim.graph import StepGraph
 from policies.growth import Growth, Mechanism
 
@@ -125,8 +126,15 @@ def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: 
     return out
 
 
-def read(g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, held_rows_after: int) -> int:
-    """Add the consumer's read of the returned K and V; return the output array id."""
+def read(
+    g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, held_rows_after: int,
+    sdpa_kernels: str = "fallback",
+) -> int:
+    """Add the consumer's read of the returned K and V; return the output array id.
+
+    ``sdpa`` is one fused op where the backend has a kernel for it (``kvsim.attention``), else
+    MLX's fallback graph: scale, ``q @ k.T``, causal mask, softmax, ``@ v``.
+    """
     isz = step.k_itemsize_bytes
     if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
         return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz)
@@ -134,6 +142,11 @@ def read(g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, 
     if consumer == "sdpa":
         q_rows = max(step.rows, 1)
         q = g.scaled(step.pool, q_rows * step.q_row_bytes, isz, q_rows == step.pool_rows)
+        head_dim = step.q_row_bytes // (step.batch_heads * isz)
+        if fused_attention(sdpa_kernels, q_rows, held_rows_after, head_dim, isz):
+            out = g.op("ScaledDotProductAttention", [q, keys, values], q_rows * step.q_row_bytes,
+                       work_bytes=g.arrays[keys].nbytes + g.arrays[values].nbytes)
+            return g.view("Squeeze", g.op("Sum", [out], isz, work_bytes=q_rows * step.q_row_bytes))
         q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
         scores_bytes = step.batch_heads * q_rows * held_rows_after * isz
         scores = g.op("Matmul", [q, g.view("Transpose", keys)], scores_bytes, work_bytes=scores_bytes + g.arrays[keys].nbytes)

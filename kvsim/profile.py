@@ -27,6 +27,8 @@ class BackendProfile:
     ``cache_limit_bytes`` the buffer-cache limit; ``gc_limit_bytes`` where a GPU malloc miss
     evicts the cache.
 
+    ``sdpa_kernels`` names the fused attention kernels the backend has (``kvsim.attention``).
+
     Scheduling: CPU ops are dispatched to a worker thread in tasks of
     ``dispatches_per_task``; GPU ops are committed in command buffers of at most
     ``commit_ops`` ops or ``commit_elements`` input elements (MLX counts elements, not bytes).
@@ -43,7 +45,9 @@ class BackendProfile:
     command buffer finishing and its inputs being freed, with the range
     ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation;
     ``python_array_s`` the time Python and MLX take to build each lazy array of a step's graph
-    (it adds to step time, not to memory: nothing is allocated while the graph is built but scalars).
+    (it adds to step time, not to memory: nothing is allocated while the graph is built but scalars);
+    ``eval_time_scale`` converts the event model's eval time into reported wall time, so the time
+    model is fitted without moving the event timing that decides peaks.
     """
 
     name: str
@@ -63,6 +67,7 @@ class BackendProfile:
     graph_nodes_per_kernel_high: float = 1.0
     range_margin: float = 0.005
     bfs_max_width: int = 20
+    sdpa_kernels: str = "fallback"
     host_node_s: float = 2.0e-6
     host_kernel_s: float = 1.0e-6
     device_dispatch_s: float = 0.5e-6
@@ -71,6 +76,7 @@ class BackendProfile:
     completion_lag_low_s: float = 0.0
     completion_lag_high_s: float = 0.0
     python_array_s: float = 3.0e-6
+    eval_time_scale: float = 1.0
     notes: str = ""
 
     @property
@@ -90,6 +96,7 @@ FITTED_FIELDS: tuple[str, ...] = (
     "completion_lag_low_s",
     "completion_lag_high_s",
     "python_array_s",
+    "eval_time_scale",
     "graph_nodes_per_kernel",
     "graph_nodes_per_kernel_low",
     "graph_nodes_per_kernel_high",
@@ -109,6 +116,7 @@ DEFAULTS: dict[str, BackendProfile] = {
         gc_limit_bytes=int(0.95 * 141 * GIB),
         commit_ops=100,
         commit_elements=1000 << 20,
+        sdpa_kernels="cuda",
         host_node_s=4.0e-6,
         host_kernel_s=4.0e-6,
         device_dispatch_s=3.0e-6,
@@ -128,6 +136,7 @@ DEFAULTS: dict[str, BackendProfile] = {
         gc_limit_bytes=int(0.95 * 96 * GIB),
         commit_ops=50,
         commit_elements=50 << 20,
+        sdpa_kernels="metal",
         host_node_s=3.0e-6,
         host_kernel_s=3.0e-6,
         device_dispatch_s=5.0e-6,
