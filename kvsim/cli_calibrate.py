@@ -11,7 +11,8 @@ from kvsim.calibrate import DEFAULT_OUT
 from kvsim.calibrate_sweep import SWEEPS
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1, with a one-line message otherwise."""
     try:
         value = int(text)
     except ValueError:
@@ -34,9 +35,9 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Re-running skips finished runs.",
     )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: data/calibration)")
-    parser.add_argument("--repeats", type=_positive_int, default=None, help="runs per scenario (default: 1 on CPU, 3 on GPU)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="runs per scenario (default: 1 on CPU, 3 on GPU)")
     parser.add_argument("--sweep", default="default", choices=sorted(SWEEPS), help="built-in sweep (default: default)")
-    parser.add_argument("--limit", type=_positive_int, default=None, help="measure only the first K scenarios")
+    parser.add_argument("--limit", type=positive_int, default=None, help="measure only the first K scenarios")
     parser.add_argument("--match", default=None, help="measure only scenarios whose id contains this text")
     parser.add_argument("--date", default=None, help="yyyymmdd in the file name (default: today, UTC)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

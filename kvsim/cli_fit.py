@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvsim.cli_calibrate import positive_int
 from kvsim.profile import DEFAULTS, PROFILES_DIR
 from kvsim.scenario import BACKENDS
 
@@ -18,16 +19,6 @@ EXIT_INVALID = 2
 def _fail(command: str, message: Any) -> int:
     print(f"kvsim {command}: {str(message).splitlines()[0]}", file=sys.stderr)
     return EXIT_INVALID
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +33,7 @@ def add_fit_parsers(subparsers: Any) -> None:
     fit = subparsers.add_parser("fit", help="fit a backend profile's timing parameters to calibration data (train split)")
     _add_data_args(fit)
     fit.add_argument("--out", default=str(PROFILES_DIR), help="profile directory (default: data/profiles)")
-    fit.add_argument("--max-evals", type=_positive_int, default=120, help="simulator sweeps for the shape fit (default: 120)")
+    fit.add_argument("--max-evals", type=positive_int, default=120, help="simulator sweeps for the shape fit (default: 120)")
     fit.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     fit.set_defaults(func=run_fit)
     val = subparsers.add_parser("validate", help="predicted vs measured peak, final active memory and decode time")
