@@ -206,17 +206,10 @@ class Engine:
         """First decode token index t >= start whose step makes some layer grow."""
         best = math.inf
         for st in self.layers:
-            r = st.spec.ratio
-            held_after = st.spec.rows_after(start)
-            if st.capacity_rows == 0:
-                need_rows = max(held_after + 1, 1)
-            elif isinstance(st.policy, type(None)):
-                continue
-            else:
-                need_rows = self._rows_to_grow(st, held_after)
-                if need_rows is None:
-                    continue
-            best = min(best, need_rows * r - 1)  # step from t to t+1 adds row need_rows when t+1 = need_rows*r
+            held = st.spec.rows_after(start)
+            need_rows = held + 1 if st.capacity_rows == 0 else self._rows_to_grow(st, held)
+            if need_rows is not None:  # the step from t to t+1 brings row need_rows when t+1 = need_rows·ratio
+                best = min(best, need_rows * st.spec.ratio - 1)
         return int(best) if best != math.inf else 1 << 62
 
     def _rows_to_grow(self, st: LayerState, held_rows: int) -> int | None:
