@@ -86,6 +86,7 @@ class Allocator:
         self.cache = BufferCache(profile.reuse_window_bytes)
         self.active_bytes = 0
         self.peak_bytes = 0
+        self.fresh_bytes = 0  # bytes the last malloc took from the system (0 when reused)
 
     @property
     def cache_bytes(self) -> int:
@@ -98,8 +99,9 @@ class Allocator:
         p = self.profile
         size = rounded_size(p, size_bytes)
         length = self.cache.take(size) if p.cache_limit_bytes > 0 else None
+        self.fresh_bytes = 0
         if length is None:
-            length = size
+            length = self.fresh_bytes = size
             if p.rounding != "none":  # GPU allocators evict cache on a miss under pressure
                 over = self.active_bytes + self.cache_bytes + size - p.gc_limit_bytes
                 if over > 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 from kvsim.engine import Engine, simulate_timeline
 from kvsim.profile import BackendProfile, load_profile
@@ -44,12 +43,8 @@ def peak_range(scenario: Scenario, profile: BackendProfile, engine: Engine) -> t
     if not profile.is_gpu:
         return _peak(engine), _peak(engine)
     peaks = [_peak(engine)]
-    for nodes, lag_s in (
-        (profile.graph_nodes_per_kernel_low, profile.completion_lag_low_s),
-        (profile.graph_nodes_per_kernel_high, profile.completion_lag_high_s),
-    ):
-        variant = replace(profile, graph_nodes_per_kernel=nodes, completion_lag_s=lag_s)
-        peaks.append(_peak(simulate_timeline(scenario, variant, record_events=False)))
+    for end in ("low", "high"):
+        peaks.append(_peak(simulate_timeline(scenario, profile.variant(end), record_events=False)))
     return round(min(peaks) * (1 - profile.range_margin)), round(max(peaks) * (1 + profile.range_margin))
 
 

@@ -150,7 +150,8 @@ def run_eval(
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
-    table, new = buffers.table, buffers.new
+    table, new, alloc = buffers.table, buffers.new, buffers.alloc
+    malloc_rate = profile.host_malloc_bytes_per_s
     for a in order:
         arr = arrays[a]
         host_t += node_s + arr.kernels * kernel_s
@@ -180,6 +181,8 @@ def run_eval(
                     buf.label = arr.label
             else:
                 buf_of[a] = new(arr.nbytes, host_t, arr.label, 1)
+                if malloc_rate and alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
+                    host_t += alloc.fresh_bytes / malloc_rate
         held = []
         for x in arr.inputs:
             b = buf_of.get(x)

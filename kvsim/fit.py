@@ -32,8 +32,9 @@ from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
-LAG_GRID_S = (0.0, 1e-5, 2e-5, 3e-5, 5e-5, 7e-5, 1e-4, 1.5e-4, 2e-4)
-NODES_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)
+NODES_GRID = (1.0, 1.5, 2.0, 3.0)
+MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10)  # 0: system allocations cost no host time
 MAX_RANGE_WIDTH = 1.32  # widest range (high / low) allowed on train: the target is 1.35, kept with room
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
@@ -177,18 +178,21 @@ def _range_key(
 
 
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
-    """GPU: how many graph nodes MLX counts per kernel and how late completions free, as a
-    point (least peak loss), then the early/late pair whose range holds the most training runs
-    within ``MAX_RANGE_WIDTH``."""
-    grid = [(n, lag) for n in NODES_GRID for lag in LAG_GRID_S]
-    table = [
-        point_peaks(observations, replace(profile, graph_nodes_per_kernel=n, completion_lag_s=lag)) for n, lag in grid
-    ]
+    """GPU: when frees land relative to the host, from a grid over graph nodes per kernel,
+    completion lag and the host cost of system allocations: the point with the least peak loss,
+    then the pair of grid points whose range holds the most training runs within
+    ``MAX_RANGE_WIDTH``."""
+    grid = [(n, lag, rate) for n in NODES_GRID for lag in LAG_GRID_S for rate in MALLOC_GRID_BYTES_PER_S]
+
+    def timed(n: float, lag: float, rate: float) -> BackendProfile:
+        return replace(profile, graph_nodes_per_kernel=n, completion_lag_s=lag, host_malloc_bytes_per_s=rate)
+
+    table = [point_peaks(observations, timed(*g)) for g in grid]
     losses = [peak_loss(observations, peaks) for peaks in table]
     point = min(range(len(grid)), key=lambda g: (losses[g], g))
     best: tuple[tuple[float, float, float], int, int] | None = None
     for lo in range(len(grid)):
-        for hi in range(len(grid)):
+        for hi in range(lo, len(grid)):
             lows = [min(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
             highs = [max(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
             key = _range_key(observations, lows, highs, profile.range_margin)
@@ -198,14 +202,18 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
         best = (_range_key(observations, table[point], table[point], profile.range_margin), point, point)
     (neg_inside, width, _), lo, hi = best
     runs = sum(len(o.peaks_bytes) for o in observations)
-    (n_pt, lag_pt), (n_lo, lag_lo), (n_hi, lag_hi) = grid[point], grid[lo], grid[hi]
-    log(f"lag: point {n_pt:g} nodes/kernel, {lag_pt * 1e6:.3g} us (loss {losses[point]:.3f}); range "
-        f"({n_lo:g}, {lag_lo * 1e6:.3g} us)..({n_hi:g}, {lag_hi * 1e6:.3g} us) holds {-neg_inside}/{runs} "
-        f"train runs, max width {width:.3f}x")
+
+    def show(g: int) -> str:
+        n, lag, rate = grid[g]
+        return f"{n:g} nodes/kernel, lag {lag * 1e6:.3g} us, malloc {rate / 1e9:.3g} GB/s"
+
+    log(f"free timing: point {show(point)} (loss {losses[point]:.3f}); range {show(lo)} .. {show(hi)} holds "
+        f"{-neg_inside}/{runs} train runs, max width {width:.3f}x")
+    (n_pt, lag_pt, rate_pt), (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[point], grid[lo], grid[hi]
     fitted = replace(
-        profile, graph_nodes_per_kernel=n_pt, completion_lag_s=lag_pt,
-        graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo,
-        graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi,
+        timed(n_pt, lag_pt, rate_pt),
+        graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo, host_malloc_bytes_per_s_low=rate_lo,
+        graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi, host_malloc_bytes_per_s_high=rate_hi,
     )
     return fitted, len(grid) * len(observations)
 

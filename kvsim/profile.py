@@ -35,12 +35,13 @@ class BackendProfile:
     The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
     when the task (CPU) or command buffer (GPU) holding them completes.
 
-    The peak range of an asynchronous backend comes from two more runs of the model: frees as
-    early as the data shows (``graph_nodes_per_kernel_low``, ``completion_lag_low_s``) and as
-    late (``graph_nodes_per_kernel_high``, ``completion_lag_high_s``), widened by
+    The peak range of an asynchronous backend comes from two more runs of the model with other
+    free timings (``*_low`` and ``*_high`` of ``graph_nodes_per_kernel``, ``completion_lag_s`` and
+    ``host_malloc_bytes_per_s``; ``variant``), widened by
     ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding).
 
-    Timing (fitted): host seconds per graph node and per kernel launch; device seconds per
+    Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
+    system rather than the buffer cache (``host_malloc_bytes_per_s``, 0 for free); device seconds per
     dispatch plus bytes moved over ``device_bytes_per_s``; ``completion_lag_s`` between a GPU
     command buffer finishing and its inputs being freed, with the range
     ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation;
@@ -70,6 +71,9 @@ class BackendProfile:
     sdpa_kernels: str = "fallback"
     host_node_s: float = 2.0e-6
     host_kernel_s: float = 1.0e-6
+    host_malloc_bytes_per_s: float = 0.0
+    host_malloc_bytes_per_s_low: float = 0.0
+    host_malloc_bytes_per_s_high: float = 0.0
     device_dispatch_s: float = 0.5e-6
     device_bytes_per_s: float = 8.0e9
     completion_lag_s: float = 0.0
@@ -82,6 +86,14 @@ class BackendProfile:
     @property
     def is_gpu(self) -> bool:
         return self.commit_ops > 0
+
+    def variant(self, end: str) -> BackendProfile:
+        """The profile with the ``low`` or ``high`` free timing of its peak range in place."""
+        return replace(self, **{
+            "graph_nodes_per_kernel": getattr(self, f"graph_nodes_per_kernel_{end}"),
+            "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
+            "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
+        })
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +112,9 @@ FITTED_FIELDS: tuple[str, ...] = (
     "graph_nodes_per_kernel",
     "graph_nodes_per_kernel_low",
     "graph_nodes_per_kernel_high",
+    "host_malloc_bytes_per_s",
+    "host_malloc_bytes_per_s_low",
+    "host_malloc_bytes_per_s_high",
 )
 
 DEFAULTS: dict[str, BackendProfile] = {

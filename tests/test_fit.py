@@ -11,7 +11,7 @@ import pytest
 from kvsim.calibrate import calibrate
 from kvsim.cli import main
 from kvsim.datafile import read_calibration, write_jsonl_atomic
-from kvsim.fit import NODES_GRID, LAG_GRID_S, fit_lag, point_peaks
+from kvsim.fit import LAG_GRID_S, MALLOC_GRID_BYTES_PER_S, NODES_GRID, fit_lag, point_peaks
 from kvsim.profile import DEFAULTS, BackendProfile
 from kvsim.scenario import parse_scenario
 from kvsim.validate import Observation, load_observations, profile_from_file, validate
@@ -142,4 +142,4 @@ def test_gpu_range_covers_spread_runs() -> None:
     low, high = peak_range(probe.scenario, profile, simulate_timeline(probe.scenario, profile, False))
     assert low <= fast and slow <= high
     assert high / low <= 1.35 * (1 + profile.range_margin) ** 2
-    assert sweeps == len(LAG_GRID_S) * len(NODES_GRID)
+    assert sweeps == len(LAG_GRID_S) * len(NODES_GRID) * len(MALLOC_GRID_BYTES_PER_S)
