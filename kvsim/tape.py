@@ -36,12 +36,13 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
             for s in arrays[x].siblings:
                 degree[s] = get(s, 0) + 1
     scheduled = [bool(arr.prim) for arr in arrays]
+    siblings = [arr.siblings for arr in arrays]
 
     tape: list[int] = [SYNC]
     pending: list[tuple[int, int]] = []
-    i = 0
-    while degree and (i < len(tape) or pending):
-        if i >= len(tape):
+    i, size = 0, 1
+    while degree and (i < size or pending):
+        if i >= size:
             a, j = pending.pop()
         else:
             a, j = tape[i], 0
@@ -53,11 +54,11 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
             j += 1
             if not scheduled[x]:
                 continue
-            if len(tape) - i >= max_width:
+            if size - i >= max_width:
                 pending.append((a, j - 1))
                 break
             d = degree[x] - 1
-            sibs = arrays[x].siblings
+            sibs = siblings[x]
             if d != 0:
                 degree[x] = d
                 for s in sibs:
@@ -67,6 +68,7 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
             for s in sibs:
                 degree.pop(s, None)
             tape.append(x)
+            size += 1
     tape.reverse()
     tape.pop()  # the synchronizer
     return tape
