@@ -32,9 +32,9 @@ from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
-LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)
+LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
 NODES_GRID = (1.0, 1.5, 2.0, 3.0)
-MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10)  # 0: system allocations cost no host time
+MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10, 5e9)  # 0: system allocations cost no host time
 MAX_RANGE_WIDTH = 1.32  # widest range (high / low) allowed on train: the target is 1.35, kept with room
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
@@ -265,7 +265,10 @@ def _file_info(path: str) -> dict[str, Any]:
 
     raw = Path(path).read_bytes()
     header = json.loads(raw.split(b"\n", 1)[0])
-    return {"path": path, "sha256": hashlib.sha256(raw).hexdigest(), "created_utc": header.get("created_utc")}
+    root = Path(__file__).resolve().parent.parent
+    resolved = Path(path).resolve()
+    shown = str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path
+    return {"path": shown, "sha256": hashlib.sha256(raw).hexdigest(), "created_utc": header.get("created_utc")}
 
 
 def json_text(obj: Any) -> str:
