@@ -33,6 +33,7 @@ class LayerState:
     capacity_rows: int = 0
     held_rows: int = 0
     buffers: dict[str, int] = field(default_factory=dict)  # component -> buffer id
+    buffer_rows: int = 0  # rows of the buffers above: the capacity, or a paged layer's newest block
     blocks: list[int] = field(default_factory=list)  # paged: earlier blocks (buffer ids)
 
 
@@ -112,7 +113,7 @@ class Engine:
         leaf_buffers: dict[int, int] = {}
         pools: dict[tuple[int, int, str], int] = {}
         written: list[tuple[int, LayerState, Growth | None, int]] = []
-        copied = 0
+        copied, grew = 0, False
         self.barrier_s, self.barrier_arrays = 0.0, 0
         for i, (st, rows, growth) in enumerate(self.plan(start, n)):
             if rows == 0 and st.held_rows == 0:
@@ -126,7 +127,7 @@ class Engine:
             if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
                 copied += self.grow_at_barrier(i, st, growth)
                 self.grow_events += 1
-                growth = None
+                grew, growth = True, None
             ls = LayerStep(
                 index=i,
                 rows=rows,
@@ -139,10 +140,12 @@ class Engine:
                 q_row_bytes=lay.row_bytes * w.batch,
                 batch_heads=lay.kv_heads * w.batch,
             )
+            in_place = growth is not None and growth.mechanism is Mechanism.IN_PLACE
             old: dict[str, int] = {}
             for c in st.components:
-                if c.name in st.buffers:
-                    old[c.name] = g.leaf(st.capacity_rows * c.row_bytes, st.buffers[c.name], py_held=rows == 0)
+                if c.name in st.buffers:  # held by Python unless this step replaces it (a paged block stays)
+                    held_on = rows == 0 or in_place
+                    old[c.name] = g.leaf(st.buffer_rows * c.row_bytes, st.buffers[c.name], py_held=held_on)
                     leaf_buffers[old[c.name]] = st.buffers[c.name]
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
             g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows, self.profile.sdpa_kernels))
@@ -150,18 +153,22 @@ class Engine:
                 written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:
                     self.grow_events += 1
-                    copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
+                    grew = True
+                    if not in_place:
+                        copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
         barrier_s = self.barrier_s
         held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
         p = self.profile
         seconds = (barrier_s + main_s) * p.eval_time_scale + (len(g.arrays) + self.barrier_arrays) * p.python_array_s
-        for bid in (pools[k] for k in pools):  # graph leaf refs of the pool were transferred
-            self.buffers.decref(held.pop(bid), seconds)
+        for leaf in pools.values():  # the graph's pool leaves took a reference each
+            self.buffers.decref(held.pop(leaf), seconds)
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
         for index, st, growth, rows in written:
             if growth is not None:
+                st.buffer_rows = growth.capacity_rows
                 if growth.mechanism is Mechanism.IN_PLACE:
                     st.blocks.extend(st.buffers.values())
+                    st.buffer_rows = growth.extension_rows
                 st.capacity_rows = growth.capacity_rows
             st.held_rows = min(st.held_rows + rows, st.capacity_rows)
             for c in st.components:
@@ -169,7 +176,7 @@ class Engine:
         self.prev_outputs = [held[o] for o in g.outputs]
         self.bytes_copied += copied
         return StepOutcome(
-            self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, bool(copied), copied
+            self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, grew, copied
         )
 
     def grow_at_barrier(self, index: int, st: LayerState, growth: Growth) -> int:
@@ -178,7 +185,7 @@ class Engine:
         copied = 0
         for c in st.components:
             sub = StepGraph()
-            old = sub.leaf(st.capacity_rows * c.row_bytes, st.buffers[c.name], py_held=False)
+            old = sub.leaf(st.buffer_rows * c.row_bytes, st.buffers[c.name], py_held=False)
             prefix = old if growth.kept_rows == st.capacity_rows else sub.view("Slice", old)
             total = growth.capacity_rows * c.row_bytes
             zeros = sub.zeros(growth.extension_rows * c.row_bytes, c.itemsize_bytes)
@@ -192,7 +199,7 @@ class Engine:
             self.barrier_arrays += len(sub.arrays)
             st.buffers[c.name] = held[new]
             copied += growth.kept_rows * c.row_bytes
-        st.capacity_rows = growth.capacity_rows
+        st.capacity_rows = st.buffer_rows = growth.capacity_rows
         return copied
 
     # ---- the run ----------------------------------------------------------------------------

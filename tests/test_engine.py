@@ -54,3 +54,16 @@ def test_bulk_runs_equal_step_by_step() -> None:
             want = max(p for p, _ in steps)
             assert abs(run.peak_bytes - want) <= 0.005 * want, (policy, run, want)
             assert all(a == run.active_bytes for _, a in steps), (policy, run)
+
+
+def test_paged_blocks_are_kept_and_never_copied() -> None:
+    """Paged growth adds blocks beside the old ones: nothing copied, every block still held."""
+    from kvsim.api import simulate
+
+    obj = {"id": "p", "model": {"n_layers": 4, "kv_heads": 8, "head_dim": 128}, "policy": {"name": "paged", "block_rows": 256},
+           "workload": {"prompt_tokens": 1000, "prefill_chunk": 512, "decode_tokens": 600}}
+    summary = simulate(parse_scenario(obj)).summary
+    assert summary.bytes_copied == 0 and summary.grow_events == 4 * 4  # 512 -> 1024 -> 1280 -> 1536 -> 1792 rows
+    assert summary.final_kv_bytes == 4 * 2 * 1792 * 8 * 128 * 2  # 1600 rows held, in 7 blocks of 256
+    assert summary.final_kv_bytes <= summary.final_active_bytes < summary.final_kv_bytes + 64
+    assert summary.peak_bytes < 1.01 * summary.final_active_bytes
