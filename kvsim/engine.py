@@ -16,6 +16,7 @@ from kvsim.allocator import Allocator
 from kvsim.eval_sim import Buffer, Buffers, EvalState, run_eval
 from kvsim.graph import StepGraph
 from kvsim.layer_ops import Component, LayerStep, fetch_held, read, update
+from kvsim.patterns import step_patterns
 from kvsim.profile import BackendProfile
 from kvsim.result import MemoryEvent, TimelineRun
 from kvsim.scenario import Scenario
@@ -307,31 +308,6 @@ class Engine:
             (self.growth_s if out.grew else self.decode_s).append(out.seconds)
             yield env.timeout(out.seconds)
             start += 1
-
-
-def step_patterns(ratios: list[int], start: int, count: int) -> tuple[dict[frozenset[int], int], dict[frozenset[int], int]]:
-    """For decode steps ``start .. start+count-1``: how many steps give rows to exactly the
-    ratios in each pattern (the ratios dividing t+1), and the last step of each pattern."""
-
-    def pattern(t: int) -> frozenset[int]:
-        return frozenset(r for r in ratios if (t + 1) % r == 0)
-
-    period = math.lcm(*ratios)
-    end = start + count
-    counts: dict[frozenset[int], int] = {}
-    if count <= 2 * period:
-        for t in range(start, end):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
-    else:  # whole periods, then the remainder
-        whole, rest = divmod(count, period)
-        for t in range(start, start + period):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + whole
-        for t in range(start + whole * period, end):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
-    last: dict[frozenset[int], int] = {}
-    for t in range(end - 1, max(start, end - period) - 1, -1):
-        last.setdefault(pattern(t), t)
-    return counts, last
 
 
 def simulate_timeline(scenario: Scenario, profile: BackendProfile, record_events: bool = True) -> Engine:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.engine import Engine, simulate_timeline, step_patterns
+from kvsim.engine import Engine, simulate_timeline
+from kvsim.patterns import step_patterns
 from kvsim.profile import load_profile
 from kvsim.scenario import parse_scenario
 
