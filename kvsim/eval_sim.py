@@ -120,8 +120,7 @@ def run_eval(
     # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
     for i, arr in enumerate(arrays):
         if arr.eager:
-            buf_of[i] = buffers.new(arr.nbytes, host_t)
-            buffers.incref(buf_of[i])
+            buf_of[i] = buffers.new(arr.nbytes, host_t, refs=1)
     reachable = _reachable(g, scheduled)
     for i, arr in enumerate(arrays):
         if arr.eager and i not in reachable:
