@@ -6,11 +6,11 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kvsim.budget import check_cost
-from kvsim.scenario import BACKENDS, Scenario, ScenarioError, parse_scenario
+from kvsim.scenario import BACKENDS, ScenarioError, parse_scenario
 
 EXIT_INVALID = 2
 
@@ -36,36 +36,43 @@ def load_scenarios(path: str) -> list[Any]:
     return doc
 
 
-def parse_checked(obj: Any, backend: str | None) -> Scenario:
-    scenario = parse_scenario(obj, backend)
-    check_cost(scenario)
-    return scenario
+def simulate_each(objs: list[Any], backend: str | None, **kwargs: Any) -> Iterator[tuple[Any, Any, str | None]]:
+    """(scenario id, result, None) or (id, None, one-line error) for each object, in order.
+
+    One bad scenario never stops the others: an invalid one gives its ``ScenarioError``; anything
+    else the simulator raises is reported as an internal error on one line.
+    """
+    from kvsim.api import simulate
+
+    for obj in objs:
+        sid = obj.get("id") if isinstance(obj, dict) else None
+        try:
+            scenario = parse_scenario(obj, backend)
+            check_cost(scenario)
+            yield sid, simulate(scenario, **kwargs), None
+        except ScenarioError as err:
+            yield sid, None, str(err)
+        except Exception as err:  # noqa: BLE001 - reported, and the next scenario still runs
+            yield sid, None, f"internal error: {type(err).__name__}: {err}"
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """One JSON line per scenario, in input order; invalid ones get an error line, exit 2."""
-    from kvsim.api import simulate
-
     try:
         objs = load_scenarios(args.scenarios)
     except ValueError as err:
         return _fail(str(err))
     status = 0
-    for obj in objs:
-        sid = obj.get("id") if isinstance(obj, dict) else None
-        try:
-            line = simulate(parse_checked(obj, args.backend), record_events=False).to_prediction()
-        except ScenarioError as err:
-            line, status = {"id": sid, "error": str(err)}, EXIT_INVALID
-        except Exception as err:  # noqa: BLE001 - one bad scenario must not stop the others
-            line, status = {"id": sid, "error": f"internal error: {type(err).__name__}: {err}"}, EXIT_INVALID
+    for sid, result, error in simulate_each(objs, args.backend, record_events=False):
+        if error is not None:
+            status = EXIT_INVALID
+        line = {"id": sid, "error": error} if error is not None else result.to_prediction()
         print(json.dumps(line), flush=True)
     return status
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """A readable table of each scenario's timeline, or ``--json`` / ``--csv``."""
-    from kvsim.api import simulate
     from kvsim.report import summary_table, timeline_rows
 
     try:
@@ -74,19 +81,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _fail(str(err))
     status = 0
     writer = csv.writer(sys.stdout) if args.csv else None
-    for i, obj in enumerate(objs):
-        try:
-            result = simulate(parse_checked(obj, args.backend), memory_limit_bytes=args.limit_bytes)
-        except ScenarioError as err:
-            print(f"kvsim: scenario {i}: {err}", file=sys.stderr)
+    header_written = False
+    for i, (sid, result, error) in enumerate(simulate_each(objs, args.backend, memory_limit_bytes=args.limit_bytes)):
+        if error is not None:
+            print(f"kvsim: scenario {i} ({sid!r}): {error}", file=sys.stderr)
             status = EXIT_INVALID
             continue
         rows = timeline_rows(result)
         if args.json:
             print(json.dumps({**result.to_prediction(), "timeline": rows}))
         elif writer is not None:
-            if i == 0:
+            if not header_written:
                 writer.writerow(["id", *rows[0].keys()])
+                header_written = True
             for row in rows:
                 writer.writerow([result.scenario_id, *row.values()])
         else:
