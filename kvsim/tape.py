@@ -18,7 +18,8 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
 
     Arrays are created inputs-first, so one backward sweep finds what the outputs reach; every
     reached array is expanded once, as MLX's DFS does, and each input edge adds one to the
-    degree of the input and of its siblings.
+    degree of the input and of its siblings. Siblings (outputs of one primitive) share their
+    inputs, and MLX's DFS expands a sibling group once: the first member it reaches.
     """
     inputs_of = [arr.inputs for arr in arrays]
     reached = bytearray(len(arrays))
@@ -30,7 +31,13 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
                 reached[x] = 1
     degree: dict[int, int] = {}
     get = degree.get
+    grouped: set[int] = set()  # sibling groups already expanded, by their smallest member
     for a in [SYNC, *(i for i in range(len(arrays)) if reached[i])]:
+        if a != SYNC and arrays[a].siblings:
+            group = min(a, *arrays[a].siblings)
+            if group in grouped:
+                continue
+            grouped.add(group)
         for x in outputs if a == SYNC else inputs_of[a]:
             degree[x] = get(x, 0) + 1
             for s in arrays[x].siblings:

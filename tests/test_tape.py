@@ -75,13 +75,17 @@ def literal_port(arrays: Sequence[Array], outputs: Sequence[int], max_width: int
 @st.composite
 def graphs(draw: st.DrawFn) -> tuple[list[Array], list[int]]:
     arrays: list[Array] = []
-    for i in range(draw(st.integers(1, 60))):
+    size = draw(st.integers(1, 60))
+    while len(arrays) < size:
+        i = len(arrays)
         leaf = i == 0 or draw(st.booleans()) and draw(st.booleans())
         if leaf:
             arrays.append(Array(4))
-        else:
-            ins = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=3))
-            arrays.append(Array(4, prim="Op", inputs=ins))
+            continue
+        ins = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=3))
+        group = list(range(i, i + draw(st.sampled_from((1, 1, 1, 2, 3)))))  # outputs of one primitive
+        for a in group:  # siblings share the primitive's inputs, as MLX's do
+            arrays.append(Array(4, prim="Op", inputs=list(ins), siblings=[s for s in group if s != a]))
     ops = [i for i, a in enumerate(arrays) if a.prim]
     outputs = draw(st.lists(st.sampled_from(ops), min_size=1, max_size=25)) if ops else []
     return arrays, outputs
