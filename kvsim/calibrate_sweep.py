@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kvsim.scenario import Scenario, parse_scenario
+from kvsim.scenario import Scenario, ScenarioError, parse_scenario
 
 VALIDATION_SLOTS = (1, 3)  # within each policy, ordinals i with i % 5 in these go to validation (40 %)
 
@@ -112,11 +113,89 @@ def _tiny_dicts() -> list[dict[str, Any]]:
     ]
 
 
-SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {"default": _default_dicts, "tiny": _tiny_dicts}
+HOLDOUT_SEED = 20261129
+HOLDOUT_SIZE = 36
+HOLDOUT_MAX_CACHE_BYTES = 640 << 20
+_PRESETS = ("deepseek-v4-flash", "llama-3.1-8b", "qwen3.5-122b-a10b", "gpt-oss-20b", "gemma-3-27b")
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
-def assign_splits(scenarios: Iterable[Scenario]) -> list[SweepItem]:
-    """Deterministic ~60/40 train/validation split; every policy with >= 2 scenarios is in both."""
+def _holdout_policy(rng: random.Random) -> dict[str, Any]:
+    name = rng.choice(("step", "step", "prealloc", "geometric", "quantized", "lowpeak", "full", "rotating"))
+    if name == "step":
+        return {"name": "step", "step": rng.choice((64, 128, 256, 256, 384, 512, 1024))}
+    if name == "prealloc":
+        return {"name": "prealloc", "max_size": rng.choice((512, 1024, 1536, 2048, 3072, 4096, 6144))}
+    if name == "geometric":
+        policy: dict[str, Any] = {"name": "geometric", "seed_rows": rng.choice((64, 128, 256, 512, 1024, 2048)),
+                                  "factor": rng.choice((1.25, 1.5, 2, 2, 3, 4))}
+        cap = rng.choice((None, None, "context", 2048, 8192))
+        return policy if cap is None else {**policy, "cap": cap}
+    if name == "quantized":
+        return {"name": "quantized", "step": rng.choice((128, 256, 512)), "bits": rng.choice((4, 8)),
+                "group_size": rng.choice((32, 64, 128))}
+    if name == "lowpeak":
+        return {"name": "lowpeak"} if rng.random() < 0.5 else {"name": "lowpeak", "step": rng.choice((128, 512, 1024))}
+    if name == "rotating":
+        return {"name": "rotating", "max_size": rng.choice((256, 512, 1024, 2048))}
+    return {"name": "full"}
+
+
+def _holdout_model(rng: random.Random) -> tuple[dict[str, Any], int]:
+    """A model dict and its cache bytes per token (K + V, every layer, batch 1)."""
+    kind = rng.random()
+    if kind < 0.15:
+        preset = rng.choice(_PRESETS)
+        per_token = {"deepseek-v4-flash": 41 * 2 * 1024 // 8, "llama-3.1-8b": 32 * 2 * 2048,
+                     "qwen3.5-122b-a10b": 12 * 2 * 1024, "gpt-oss-20b": 24 * 2 * 1024,
+                     "gemma-3-27b": 62 * 2 * 4096}[preset]
+        return {"preset": preset}, per_token
+    dtype = rng.choice(("float16", "float16", "bfloat16", "float32"))
+    if kind < 0.35:
+        n = rng.choice((8, 16, 24, 32))
+        ratios = [1] * rng.choice((0, 1, 2)) + [rng.choice((4, 128)) for _ in range(n)]
+        head_dim = rng.choice((128, 256, 512))
+        layers = [{"kv_heads": 1, "head_dim": head_dim, "dtype": dtype, "ratio": r} for r in ratios]
+        return {"layers": layers}, sum(2 * head_dim * _ITEMSIZE[dtype] // r for r in ratios) or 1
+    n, kvh, hd = rng.choice((2, 4, 8, 12, 16, 24, 32)), rng.choice((1, 2, 4, 8)), rng.choice((64, 128, 256))
+    return _u(n, kvh, hd, dtype), n * 2 * kvh * hd * _ITEMSIZE[dtype]
+
+
+def _holdout_dicts() -> list[dict[str, Any]]:
+    """Scenarios drawn at random (fixed seed) over models, policies and workloads, for checking a
+    fitted profile on runs it has never seen: every one is in the validation split."""
+    rng = random.Random(HOLDOUT_SEED)
+    out: list[dict[str, Any]] = []
+    while len(out) < HOLDOUT_SIZE:
+        model, per_token_bytes = _holdout_model(rng)
+        policy = _holdout_policy(rng)
+        batch = rng.choice((1, 1, 1, 1, 2, 4))
+        prompt, decode = rng.randrange(200, 4097), rng.randrange(50, 601)
+        chunk = rng.choice((128, 200, 256, 300, 512, 777, 1000, 2048))
+        if (prompt + decode) * per_token_bytes * batch > HOLDOUT_MAX_CACHE_BYTES:
+            continue
+        consumer = "sdpa" if rng.random() < 0.25 else "last_row"
+        scenario = {"id": f"holdout{len(out):02d}-{policy['name']}", "model": model, "policy": policy,
+                    "workload": _w(prompt, chunk, decode, batch), "consumer": consumer}
+        try:
+            parse_scenario(scenario)
+        except ScenarioError:  # e.g. a group size that does not divide the head: draw again
+            continue
+        out.append(scenario)
+    return out
+
+
+SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "default": _default_dicts, "tiny": _tiny_dicts, "holdout": _holdout_dicts,
+}
+ALL_VALIDATION = frozenset({"holdout"})  # sweeps kept out of every fit
+
+
+def assign_splits(scenarios: Iterable[Scenario], all_validation: bool = False) -> list[SweepItem]:
+    """Deterministic ~60/40 train/validation split; every policy with >= 2 scenarios is in both.
+    ``all_validation`` puts every scenario in the validation split (a held-out sweep)."""
+    if all_validation:
+        return [SweepItem(sc, "validation") for sc in scenarios]
     seen: dict[str, int] = {}
     items = []
     for sc in scenarios:
@@ -130,6 +209,6 @@ def build_sweep(name: str = "default", backend: str = "mlx-cpu") -> list[SweepIt
     """The named sweep's scenarios, validated, with their splits."""
     if name not in SWEEPS:
         raise ValueError(f"--sweep: unknown sweep, got {name!r} (known: {', '.join(SWEEPS)})")
-    return assign_splits(parse_scenario(d, backend=backend) for d in SWEEPS[name]())
+    return assign_splits((parse_scenario(d, backend=backend) for d in SWEEPS[name]()), name in ALL_VALIDATION)
 
 
