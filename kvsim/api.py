@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from kvsim.engine import Engine, simulate_timeline
+from kvsim.peak_range import PeakEstimate, estimate_peak
 from kvsim.profile import BackendProfile, load_profile
 from kvsim.result import SimResult, Summary
 from kvsim.scenario import Scenario
@@ -27,28 +28,13 @@ def simulate(
     """
     profile = profile or load_profile(scenario.backend)
     engine = simulate_timeline(scenario, profile, record_events)
-    low, high = peak_range(scenario, profile, engine)
     return SimResult(
         scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
-        _summary(engine, low, high, memory_limit_bytes),
+        _summary(engine, estimate_peak(scenario, profile, engine), memory_limit_bytes),
     )
 
 
-def _peak(engine: Engine) -> int:
-    return max(run.peak_bytes for run in engine.timeline)
-
-
-def peak_range(scenario: Scenario, profile: BackendProfile, engine: Engine) -> tuple[int, int]:
-    """Where frees are asynchronous (GPU), the peak under the fastest and slowest completions."""
-    if not profile.is_gpu:
-        return _peak(engine), _peak(engine)
-    peaks = [_peak(engine)]
-    for end in ("low", "high"):
-        peaks.append(_peak(simulate_timeline(scenario, profile.variant(end), record_events=False)))
-    return round(min(peaks) * (1 - profile.range_margin)), round(max(peaks) * (1 + profile.range_margin))
-
-
-def _summary(engine: Engine, low: int, high: int, limit_bytes: int | None) -> Summary:
+def _summary(engine: Engine, peak: PeakEstimate, limit_bytes: int | None) -> Summary:
     runs = engine.timeline
     peak_run = max(runs, key=lambda r: r.peak_bytes)
     needed = sum(st.held_rows * c.row_bytes for st in engine.layers for c in st.components)
@@ -56,7 +42,7 @@ def _summary(engine: Engine, low: int, high: int, limit_bytes: int | None) -> Su
     if limit_bytes is not None:
         over = next((r.first_step for r in runs if r.peak_bytes > limit_bytes), None)
     return Summary(
-        peak_bytes=peak_run.peak_bytes,
+        peak_bytes=peak.peak_bytes,
         peak_step=peak_run.first_step,
         final_active_bytes=runs[-1].active_bytes,
         final_kv_bytes=engine.kv_bytes(),
@@ -64,8 +50,8 @@ def _summary(engine: Engine, low: int, high: int, limit_bytes: int | None) -> Su
         grow_events=engine.grow_events,
         bytes_copied=engine.bytes_copied,
         over_allocation_bytes=engine.kv_bytes() - needed,
-        peak_low_bytes=low,
-        peak_high_bytes=high,
+        peak_low_bytes=peak.low_bytes,
+        peak_high_bytes=peak.high_bytes,
         first_step_over_limit=over,
         decode_step_s=statistics.median(engine.decode_s) if engine.decode_s else None,
         growth_step_s=statistics.median(engine.growth_s) if engine.growth_s else None,

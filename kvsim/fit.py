@@ -9,9 +9,10 @@ of them are multiplied by one factor. The fit uses that split:
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
 2. **Scale**: one factor on all times, the median of measured / simulated decode-step time
    (closed form in log-space; peaks do not move).
-3. **Completion lag** (GPU): the point lag on a log grid minimising |error| vs the runs' mean
-   peak, then the ``[low, high]`` lag pair that puts the most training runs inside the predicted
-   ``[peak_low, peak_high]`` with the narrowest ``high/low``.
+3. **Free timing** (GPU): the point on a grid (graph nodes per kernel, completion lag, host cost
+   of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
+   timings and ``range_min_width`` that put the most training runs inside the predicted
+   ``[peak_low, peak_high]`` (``fit_lag``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ import numpy as np
 
 from kvsim.engine import simulate_timeline
 from kvsim.profile import FITTED_FIELDS, BackendProfile
+from kvsim.peak_range import bound_range, point_estimate
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
-LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
+LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3)
 NODES_GRID = (1.0, 1.5, 2.0, 3.0)
 MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10, 5e9)  # 0: system allocations cost no host time
-MAX_RANGE_WIDTH = 1.32  # widest range (high / low) allowed on train: the target is 1.35, kept with room
+MIN_WIDTH_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25)  # candidates for range_min_width
+POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_weight
+GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
+ROBUST_SHRINK = 1.02  # tie-break: runs still inside when both range ends move 2% inwards
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
 Log = Callable[[str], None]
@@ -66,10 +71,10 @@ def point_peaks(observations: list[Observation], profile: BackendProfile) -> lis
     return [max(r.peak_bytes for r in simulate_timeline(o.scenario, profile, False).timeline) for o in observations]
 
 
-def peak_loss(observations: list[Observation], peaks: list[int]) -> float:
-    """Mean |peak error| (%) plus a tenth of the max, against each scenario's mean run."""
+def peak_loss(observations: list[Observation], peaks: Any, max_weight: float = 0.1) -> float:
+    """Mean |peak error| (%) plus ``max_weight`` times the max, against each scenario's mean run."""
     errs = [abs(pct_error(p, o.mean_peak_bytes)) for o, p in zip(observations, peaks)]
-    return statistics.fmean(errs) + 0.1 * max(errs)
+    return statistics.fmean(errs) + max_weight * max(errs)
 
 
 def decode_log_ratios(observations: list[Observation], simulated_s: list[float | None]) -> list[float]:
@@ -168,54 +173,65 @@ def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log
     return replace(profile, eval_time_scale=factor, python_array_s=per_array_s)
 
 
-def _range_key(
-    observations: list[Observation], lows: list[int], highs: list[int], margin: float
-) -> tuple[float, float, float]:
-    inside = sum(lo * (1 - margin) <= p <= hi * (1 + margin)
-                 for o, lo, hi in zip(observations, lows, highs) for p in o.peaks_bytes)
-    widths = [hi / max(lo, 1) for lo, hi in zip(lows, highs)]
-    return (-inside, max(widths), statistics.median(widths))
-
-
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
     """GPU: when frees land relative to the host, from a grid over graph nodes per kernel,
-    completion lag and the host cost of system allocations: the point with the least peak loss,
-    then the pair of grid points whose range holds the most training runs within
-    ``MAX_RANGE_WIDTH``."""
+    completion lag and the host cost of system allocations. The point is the grid value with the
+    least peak loss. The range takes a grid value with frees no later than the point's on every axis
+    (as many or more graph nodes per kernel, no more lag, costlier system allocations) and one with
+    frees no earlier, plus a ``range_min_width``: those that hold the most training runs inside
+    ``kvsim.peak_range.bound_range``, then the most with ``ROBUST_SHRINK`` room to spare at both
+    ends, then the narrowest median range."""
     grid = [(n, lag, rate) for n in NODES_GRID for lag in LAG_GRID_S for rate in MALLOC_GRID_BYTES_PER_S]
 
     def timed(n: float, lag: float, rate: float) -> BackendProfile:
         return replace(profile, graph_nodes_per_kernel=n, completion_lag_s=lag, host_malloc_bytes_per_s=rate)
 
-    table = [point_peaks(observations, timed(*g)) for g in grid]
-    losses = [peak_loss(observations, peaks) for peaks in table]
+    table = np.array([point_peaks(observations, timed(*g)) for g in grid], dtype=float)
+    losses = [peak_loss(observations, peaks, GPU_MAX_WEIGHT) for peaks in table]
     point = min(range(len(grid)), key=lambda g: (losses[g], g))
-    best: tuple[tuple[float, float, float], int, int] | None = None
-    for lo in range(len(grid)):
-        for hi in range(lo, len(grid)):
-            lows = [min(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
-            highs = [max(table[g][i] for g in (lo, point, hi)) for i in range(len(observations))]
-            key = _range_key(observations, lows, highs, profile.range_margin)
-            if key[1] <= MAX_RANGE_WIDTH and (best is None or key < best[0]):
-                best = (key, lo, hi)
-    if best is None:
-        best = (_range_key(observations, table[point], table[point], profile.range_margin), point, point)
-    (neg_inside, width, _), lo, hi = best
-    runs = sum(len(o.peaks_bytes) for o in observations)
+    runs = np.full((len(observations), max(len(o.peaks_bytes) for o in observations)), np.nan)
+    for i, o in enumerate(observations):
+        runs[i, : len(o.peaks_bytes)] = o.peaks_bytes
+
+    def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
+        return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
+
+    n_pt, lag_pt, cost_pt = grid[point][0], grid[point][1], _host_cost(grid[point][2])
+    earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
+    later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
+    best: tuple[tuple[int, int, float, float], int, int, float] | None = None
+    for lo in earlier:
+        for hi in later:
+            for min_width in MIN_WIDTH_GRID:
+                low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
+                                        profile.range_max_width)
+                key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), float(np.median(high / low)), min_width)
+                if best is None or key < best[0]:
+                    best = (key, lo, hi, min_width)
+    assert best is not None
+    (neg_inside, _, median_width, _), lo, hi, min_width = best
+    weight = min(POINT_WEIGHT_GRID, key=lambda w: peak_loss(
+        observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT))
 
     def show(g: int) -> str:
         n, lag, rate = grid[g]
         return f"{n:g} nodes/kernel, lag {lag * 1e6:.3g} us, malloc {rate / 1e9:.3g} GB/s"
 
-    log(f"free timing: point {show(point)} (loss {losses[point]:.3f}); range {show(lo)} .. {show(hi)} holds "
-        f"{-neg_inside}/{runs} train runs, max width {width:.3f}x")
+    log(f"free timing: point {show(point)} (loss {losses[point]:.3f}); range {show(lo)} .. {show(hi)}, "
+        f"at least {min_width:g}x wide, holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs, "
+        f"median width {median_width:.3f}x; predicted peak {weight:g} x the point + the rest x the ends' mean")
     (n_pt, lag_pt, rate_pt), (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[point], grid[lo], grid[hi]
     fitted = replace(
-        timed(n_pt, lag_pt, rate_pt),
+        timed(n_pt, lag_pt, rate_pt), range_min_width=min_width, peak_point_weight=weight,
         graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo, host_malloc_bytes_per_s_low=rate_lo,
         graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi, host_malloc_bytes_per_s_high=rate_hi,
     )
     return fitted, len(grid) * len(observations)
+
+
+def _host_cost(bytes_per_s: float) -> float:
+    """Host seconds per byte of a system allocation (rate 0 means free)."""
+    return 0.0 if bytes_per_s == 0 else 1.0 / bytes_per_s
 
 
 def fit_profile(
@@ -229,10 +245,10 @@ def fit_profile(
     evaluations = 0
     if not profile.is_gpu:
         profile, evaluations = fit_shape(train, profile, max_evals, log)
-    profile = fit_scale(train, profile, log)
-    if profile.is_gpu:
+    if profile.is_gpu:  # free timing moves host time (system allocations), so it goes before the time model
         profile, lag_evals = fit_lag(train, profile, log)
         evaluations += lag_evals
+    profile = fit_scale(train, profile, log)
     profile = replace(profile, status="fitted")
     rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in train]
     return FitResult(profile, rows, evaluations, time.perf_counter() - t0)

@@ -35,10 +35,12 @@ class BackendProfile:
     The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
     when the task (CPU) or command buffer (GPU) holding them completes.
 
-    The peak range of an asynchronous backend comes from two more runs of the model with other
-    free timings (``*_low`` and ``*_high`` of ``graph_nodes_per_kernel``, ``completion_lag_s`` and
-    ``host_malloc_bytes_per_s``; ``variant``), widened by
-    ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding).
+    The peak range of an asynchronous backend comes from two more runs of the model with the
+    earliest and latest free timings (``*_low`` and ``*_high`` of ``graph_nodes_per_kernel``,
+    ``completion_lag_s`` and ``host_malloc_bytes_per_s``; ``variant``), widened by
+    ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding),
+    and kept between ``range_min_width`` and ``range_max_width`` (high / low); the predicted peak
+    weighs the fitted timing's peak by ``peak_point_weight`` against the two ends (``kvsim.peak_range``).
 
     Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
     system rather than the buffer cache (``host_malloc_bytes_per_s``, 0 for free); device seconds per
@@ -67,6 +69,9 @@ class BackendProfile:
     graph_nodes_per_kernel_low: float = 1.0
     graph_nodes_per_kernel_high: float = 1.0
     range_margin: float = 0.005
+    range_min_width: float = 1.0
+    range_max_width: float = 1.34
+    peak_point_weight: float = 1.0
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
     host_node_s: float = 2.0e-6
@@ -115,6 +120,8 @@ FITTED_FIELDS: tuple[str, ...] = (
     "host_malloc_bytes_per_s",
     "host_malloc_bytes_per_s_low",
     "host_malloc_bytes_per_s_high",
+    "range_min_width",
+    "peak_point_weight",
 )
 
 DEFAULTS: dict[str, BackendProfile] = {

@@ -124,7 +124,7 @@ def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pyt
 
 def test_gpu_range_covers_spread_runs() -> None:
     """Runs simulated with early and late frees: the fitted range must hold both."""
-    from kvsim.api import peak_range
+    from kvsim.peak_range import estimate_peak
     from kvsim.engine import simulate_timeline
 
     cuda = DEFAULTS["mlx-cuda"]
@@ -139,7 +139,8 @@ def test_gpu_range_covers_spread_runs() -> None:
     assert fast < slow  # when frees land matters for this scenario
     obs = replace(probe, peaks_bytes=(fast, slow, slow), finals_bytes=(0, 0, 0))
     profile, sweeps = fit_lag([obs], cuda, lambda _: None)
-    low, high = peak_range(probe.scenario, profile, simulate_timeline(probe.scenario, profile, False))
-    assert low <= fast and slow <= high
-    assert high / low <= 1.35 * (1 + profile.range_margin) ** 2
+    peak = estimate_peak(probe.scenario, profile, simulate_timeline(probe.scenario, profile, False))
+    assert peak.low_bytes <= fast and slow <= peak.high_bytes
+    assert peak.low_bytes <= peak.peak_bytes <= peak.high_bytes
+    assert peak.high_bytes / peak.low_bytes <= profile.range_max_width
     assert sweeps == len(LAG_GRID_S) * len(NODES_GRID) * len(MALLOC_GRID_BYTES_PER_S)
