@@ -161,10 +161,10 @@ def _holdout_model(rng: random.Random) -> tuple[dict[str, Any], int]:
     return _u(n, kvh, hd, dtype), n * 2 * kvh * hd * _ITEMSIZE[dtype]
 
 
-def _holdout_dicts() -> list[dict[str, Any]]:
+def _holdout_dicts(seed: int = HOLDOUT_SEED, prefix: str = "holdout") -> list[dict[str, Any]]:
     """Scenarios drawn at random (fixed seed) over models, policies and workloads, for checking a
     fitted profile on runs it has never seen: every one is in the validation split."""
-    rng = random.Random(HOLDOUT_SEED)
+    rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     while len(out) < HOLDOUT_SIZE:
         model, per_token_bytes = _holdout_model(rng)
@@ -175,7 +175,7 @@ def _holdout_dicts() -> list[dict[str, Any]]:
         if (prompt + decode) * per_token_bytes * batch > HOLDOUT_MAX_CACHE_BYTES:
             continue
         consumer = "sdpa" if rng.random() < 0.25 else "last_row"
-        scenario = {"id": f"holdout{len(out):02d}-{policy['name']}", "model": model, "policy": policy,
+        scenario = {"id": f"{prefix}{len(out):02d}-{policy['name']}", "model": model, "policy": policy,
                     "workload": _w(prompt, chunk, decode, batch), "consumer": consumer}
         try:
             parse_scenario(scenario)
@@ -187,8 +187,9 @@ def _holdout_dicts() -> list[dict[str, Any]]:
 
 SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "default": _default_dicts, "tiny": _tiny_dicts, "holdout": _holdout_dicts,
+    "holdout2": lambda: _holdout_dicts(HOLDOUT_SEED + 1, "holdout2-"),  # drawn after the model was frozen
 }
-ALL_VALIDATION = frozenset({"holdout"})  # sweeps kept out of every fit
+ALL_VALIDATION = frozenset({"holdout", "holdout2"})  # sweeps kept out of every fit
 
 
 def assign_splits(scenarios: Iterable[Scenario], all_validation: bool = False) -> list[SweepItem]:

@@ -5,12 +5,16 @@ The event model runs three times: with the fitted free timing, with the earliest
 their weighted mean (``peak_point_weight`` on the fitted timing, the rest shared by the two ends):
 runs spread over free timings, so a run's mean peak lies between the three, and a scenario whose
 runs split between two modes is not predicted at one of them. Their spread, widened by
-``range_margin``, is the range, with two bounds (``range_min_width`` is fitted):
+``range_margin``, is the range, with two bounds (``range_min_width`` is fitted; ``range_low_share``
+is set from the held-out runs, see ``docs/validation.md``):
 
 - at most ``range_max_width`` wide (high / low): when the timings spread further, the window of
-  that width centred on the point (in log terms), moved inside the spread where it sticks out;
-- at least ``range_min_width`` wide, centred on the spread: run-to-run noise the model does not
-  reproduce (a late handler in one growth step of one run) still moves a peak by a few percent.
+  that width with ``range_low_share`` of it (in log terms) below the point, moved inside the
+  spread where it sticks out;
+- at least ``range_min_width`` wide, widened ``range_low_share`` downwards and the rest upwards:
+  run-to-run noise the model does not reproduce (a late handler in one growth step of one run)
+  still moves a peak, and mostly upwards: frees can land much later than modelled, while how
+  early they land is bounded by the command buffers' commits.
 """
 
 from __future__ import annotations
@@ -26,16 +30,19 @@ from kvsim.profile import BackendProfile
 from kvsim.scenario import Scenario
 
 
-def bound_range(point: Any, early: Any, late: Any, margin: float, min_width: float, max_width: float) -> tuple[Any, Any]:
+def bound_range(
+    point: Any, early: Any, late: Any, margin: float, min_width: float, max_width: float, low_share: float
+) -> tuple[Any, Any]:
     """``(low, high)`` from the three simulated peaks: pure arithmetic, on numbers or numpy arrays
-    (the fit bounds every scenario at once)."""
+    (the fit bounds every scenario at once). ``low_share`` is the part of a clipped or widened
+    range (in log terms) that lies below the point, or that a widening adds below the spread."""
     low = np.minimum(np.minimum(point, early), late) * (1 - margin)
     high = np.maximum(np.maximum(point, early), late) * (1 + margin)
-    start = np.minimum(np.maximum(point / math.sqrt(max_width), low), high / max_width)
+    start = np.minimum(np.maximum(point / max_width**low_share, low), high / max_width)
     too_wide = high > low * max_width
     low, high = np.where(too_wide, start, low), np.where(too_wide, start * max_width, high)
-    spread = np.sqrt(np.maximum(min_width * low / high, 1.0))
-    return low / spread, high * spread
+    widen = np.maximum(min_width * low / high, 1.0)
+    return low / widen**low_share, high * widen ** (1 - low_share)
 
 
 def peak_of(engine: Engine) -> int:
@@ -62,7 +69,8 @@ def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -
     if not profile.is_gpu:
         return PeakEstimate(fitted, fitted, fitted)
     early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
-    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width)
+    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
+                            profile.range_low_share)
     low, high = math.ceil(low), math.floor(high)
     point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
     return PeakEstimate(min(max(point, low), high), low, high)

@@ -39,7 +39,8 @@ class BackendProfile:
     earliest and latest free timings (``*_low`` and ``*_high`` of ``graph_nodes_per_kernel``,
     ``completion_lag_s`` and ``host_malloc_bytes_per_s``; ``variant``), widened by
     ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding),
-    and kept between ``range_min_width`` and ``range_max_width`` (high / low); the predicted peak
+    and kept between ``range_min_width`` and ``range_max_width`` (high / low) with
+    ``range_low_share`` of a clip or widening below the point; the predicted peak
     weighs the fitted timing's peak by ``peak_point_weight`` against the two ends (``kvsim.peak_range``).
 
     Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
@@ -71,6 +72,7 @@ class BackendProfile:
     range_margin: float = 0.005
     range_min_width: float = 1.0
     range_max_width: float = 1.34
+    range_low_share: float = 0.2
     peak_point_weight: float = 1.0
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
