@@ -164,3 +164,15 @@ def test_default_sweep_runs_on_cpu(tmp_path: Path) -> None:
         run = calibrate(tmp_path, date=DATE, progress=False)
     _, records = read_calibration(run.path)
     assert len(records) == len(build_sweep("default"))
+
+
+@pytest.mark.parametrize("name", ["holdout", "holdout2", "holdout3"])
+def test_held_out_sweeps_are_stable_and_never_trained_on(name: str) -> None:
+    items = build_sweep(name)
+    assert len(items) == 36 and {it.split for it in items} == {"validation"}
+    assert [it.scenario.to_dict() for it in items] == [it.scenario.to_dict() for it in build_sweep(name)]
+    assert len({str(it.scenario.id) for it in items}) == 36
+    assert {it.scenario.policy_name for it in items} >= {"step", "prealloc", "full", "rotating", "quantized", "lowpeak"}
+    others = {str(it.scenario.id) for other in ("default", "holdout", "holdout2", "holdout3") if other != name
+              for it in build_sweep(other)}
+    assert not others & {str(it.scenario.id) for it in items}

@@ -1,0 +1,81 @@
+"""The GPU peak estimate: the bounds on the range and where the point sits (``kvsim.peak_range``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvsim.engine import simulate_timeline
+from kvsim.peak_range import bound_range, estimate_peak, peak_of, point_estimate
+from kvsim.profile import DEFAULTS, load_profile
+from kvsim.scenario import parse_scenario
+
+peaks = st.floats(1e3, 1e10)
+
+
+@given(peaks, peaks, peaks, st.floats(1.0, 1.34), st.sampled_from((0.0, 0.2, 0.5, 1.0)))
+def test_range_width_is_bounded_and_holds_the_point(point: float, early: float, late: float, min_width: float,
+                                                    low_share: float) -> None:
+    low, high = bound_range(point, early, late, 0.005, min_width, 1.34, low_share)
+    width = high / low
+    assert min_width * (1 - 1e-9) <= width <= 1.34 * (1 + 1e-9)
+    assert low * (1 - 1e-9) <= point <= high * (1 + 1e-9)
+    spread = max(point, early, late) / min(point, early, late)
+    if spread * 1.005 / 0.995 <= min_width:  # nothing clipped: the whole spread stays inside
+        assert low <= min(point, early, late) and max(point, early, late) <= high
+
+
+def test_widening_and_clipping_follow_the_low_share() -> None:
+    low, high = bound_range(100.0, 100.0, 100.0, 0.0, 1.25, 1.34, 0.2)
+    assert math.isclose(high / low, 1.25)
+    assert math.isclose(math.log(100 / low) / math.log(1.25), 0.2)  # a fifth of the widening below
+    low, high = bound_range(100.0, 50.0, 200.0, 0.0, 1.0, 1.34, 0.2)  # 4x spread: clipped around the point
+    assert math.isclose(high / low, 1.34)
+    assert math.isclose(math.log(100 / low) / math.log(1.34), 0.2)
+    low, high = bound_range(100.0, 99.0, 300.0, 0.0, 1.0, 1.34, 0.5)  # the window stays inside the spread
+    assert math.isclose(low, 99.0) and math.isclose(high, 99.0 * 1.34)
+
+
+def test_bound_range_is_elementwise_on_arrays() -> None:
+    pt, early, late = np.array([100.0, 10.0]), np.array([90.0, 10.0]), np.array([200.0, 11.0])
+    low, high = bound_range(pt, early, late, 0.005, 1.1, 1.34, 0.2)
+    for i in range(2):
+        one = bound_range(pt[i], early[i], late[i], 0.005, 1.1, 1.34, 0.2)
+        assert math.isclose(low[i], one[0]) and math.isclose(high[i], one[1])
+
+
+def test_point_estimate_weights() -> None:
+    assert point_estimate(10.0, 6.0, 20.0, 1.0) == 10.0
+    assert point_estimate(10.0, 6.0, 20.0, 0.0) == 13.0
+    assert point_estimate(10.0, 6.0, 20.0, 0.5) == 11.5
+
+
+SCENARIO = {"id": "r", "model": {"n_layers": 12, "kv_heads": 8, "head_dim": 128, "dtype": "float16"},
+            "policy": {"name": "step"}, "workload": {"prompt_tokens": 2000, "prefill_chunk": 512, "decode_tokens": 100}}
+
+
+def test_cpu_estimate_is_the_simulated_peak() -> None:
+    sc = parse_scenario(SCENARIO, "mlx-cpu")
+    engine = simulate_timeline(sc, load_profile("mlx-cpu"), False)
+    est = estimate_peak(sc, load_profile("mlx-cpu"), engine)
+    assert est.peak_bytes == est.low_bytes == est.high_bytes == peak_of(engine)
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.5])
+def test_gpu_estimate_spans_the_free_timings(weight: float) -> None:
+    profile = replace(DEFAULTS["mlx-cuda"], completion_lag_s=1e-4, completion_lag_low_s=0.0, completion_lag_high_s=5e-4,
+                      range_min_width=1.1, peak_point_weight=weight)
+    sc = parse_scenario(SCENARIO, "mlx-cuda")
+    engine = simulate_timeline(sc, profile, False)
+    est = estimate_peak(sc, profile, engine)
+    early, late = (peak_of(simulate_timeline(sc, profile.variant(end), False)) for end in ("low", "high"))
+    assert early < late  # free timing matters for this scenario
+    assert est.low_bytes <= est.peak_bytes <= est.high_bytes
+    assert 1.1 - 1e-6 <= est.high_bytes / est.low_bytes <= profile.range_max_width
+    expected = round(point_estimate(peak_of(engine), early, late, weight))
+    assert est.peak_bytes == min(max(expected, est.low_bytes), est.high_bytes)
