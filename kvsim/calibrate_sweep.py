@@ -146,6 +146,7 @@ def _holdout_model(rng: random.Random) -> tuple[dict[str, Any], int]:
     kind = rng.random()
     if kind < 0.15:
         preset = rng.choice(_PRESETS)
+        # rough sizes, only to cap a draw; they fix which scenarios the measured sweeps hold, so they stay
         per_token = {"deepseek-v4-flash": 41 * 2 * 1024 // 8, "llama-3.1-8b": 32 * 2 * 2048,
                      "qwen3.5-122b-a10b": 12 * 2 * 1024, "gpt-oss-20b": 24 * 2 * 1024,
                      "gemma-3-27b": 62 * 2 * 4096}[preset]

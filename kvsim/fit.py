@@ -7,12 +7,12 @@ of them are multiplied by one factor. The fit uses that split:
 1. **Shape** (CPU): the ratios of host, kernel, dispatch and byte times, Nelder-Mead in log-space
    from the current profile (plus a few random starts), minimising mean |peak error| + 0.1 max
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
-2. **Scale**: one factor on all times, the median of measured / simulated decode-step time
-   (closed form in log-space; peaks do not move).
-3. **Free timing** (GPU): the point on a grid (graph nodes per kernel, completion lag, host cost
+2. **Free timing** (GPU): the point on a grid (graph nodes per kernel, completion lag, host cost
    of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
-   timings and ``range_min_width`` that put the most training runs inside the predicted
-   ``[peak_low, peak_high]`` (``fit_lag``).
+   timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``). It moves host time, so it
+   comes before the time model.
+3. **Time model**: a factor on the simulated eval time and a cost per graph array, minimising the
+   mean |log(measured / simulated)| decode-step time (``fit_scale``; peaks do not move).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine import simulate_timeline
+from kvsim.peak_range import bound_range, peak_of, point_estimate
 from kvsim.profile import FITTED_FIELDS, BackendProfile
-from kvsim.peak_range import bound_range, point_estimate
 from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
@@ -68,7 +68,7 @@ def with_log_times(profile: BackendProfile, x: np.ndarray) -> BackendProfile:
 
 def point_peaks(observations: list[Observation], profile: BackendProfile) -> list[int]:
     """Simulated peak of each observation's scenario (point prediction, no lag range)."""
-    return [max(r.peak_bytes for r in simulate_timeline(o.scenario, profile, False).timeline) for o in observations]
+    return [peak_of(simulate_timeline(o.scenario, profile, False)) for o in observations]
 
 
 def peak_loss(observations: list[Observation], peaks: Any, max_weight: float = 0.1) -> float:
@@ -95,7 +95,7 @@ def simulate_all(observations: list[Observation], profile: BackendProfile) -> tu
     peaks, decodes = [], []
     for o in observations:
         engine = simulate_timeline(o.scenario, profile, False)
-        peaks.append(max(r.peak_bytes for r in engine.timeline))
+        peaks.append(peak_of(engine))
         decodes.append(decode_step_s(engine))
     return peaks, decodes
 
@@ -197,7 +197,8 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
         return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
 
-    n_pt, lag_pt, cost_pt = grid[point][0], grid[point][1], _host_cost(grid[point][2])
+    n_pt, lag_pt, rate_pt = grid[point]
+    cost_pt = _host_cost(rate_pt)
     earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
     later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
     best: tuple[tuple[int, int, float, float], int, int, float] | None = None
@@ -221,7 +222,7 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     log(f"free timing: point {show(point)} (loss {losses[point]:.3f}); range {show(lo)} .. {show(hi)}, "
         f"at least {min_width:g}x wide, holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs, "
         f"median width {median_width:.3f}x; predicted peak {weight:g} x the point + the rest x the ends' mean")
-    (n_pt, lag_pt, rate_pt), (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[point], grid[lo], grid[hi]
+    (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[lo], grid[hi]
     fitted = replace(
         timed(n_pt, lag_pt, rate_pt), range_min_width=min_width, peak_point_weight=weight,
         graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo, host_malloc_bytes_per_s_low=rate_lo,

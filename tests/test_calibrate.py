@@ -176,3 +176,12 @@ def test_held_out_sweeps_are_stable_and_never_trained_on(name: str) -> None:
     others = {str(it.scenario.id) for other in ("default", "holdout", "holdout2", "holdout3") if other != name
               for it in build_sweep(other)}
     assert not others & {str(it.scenario.id) for it in items}
+
+
+@pytest.mark.parametrize("name", ["holdout", "holdout2", "holdout3"])
+def test_shipped_held_out_runs_are_the_sweep(name: str) -> None:
+    """A re-run resumes the shipped file only if the sweep still draws the same scenarios."""
+    path = Path(__file__).resolve().parent.parent / "data" / name / "mlx-cuda-0.32.4-20261129.jsonl"
+    _, records = read_calibration(path)
+    stored = {r["id"]: r["scenario"] for r in records}
+    assert stored == {str(it.scenario.id): it.scenario.to_dict() for it in build_sweep(name, "mlx-cuda")}
