@@ -190,8 +190,9 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "default": _default_dicts, "tiny": _tiny_dicts, "holdout": _holdout_dicts,
     "holdout2": lambda: _holdout_dicts(HOLDOUT_SEED + 1, "holdout2-"),
     "holdout3": lambda: _holdout_dicts(HOLDOUT_SEED + 2, "holdout3-"),  # measured after the range design was frozen
+    "holdout4": lambda: _holdout_dicts(HOLDOUT_SEED + 3, "holdout4-"),  # measured after host_eval_call_s
 }
-ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3"})  # sweeps kept out of every fit
+ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4"})  # sweeps kept out of every fit
 
 
 def assign_splits(scenarios: Iterable[Scenario], all_validation: bool = False) -> list[SweepItem]:

@@ -193,6 +193,7 @@ class Engine:
             new = sub.op("Concatenate", [prefix, zeros], total, kernels=2, work_bytes=2 * total)
             sub.arrays[new].label = (index, c.name)
             sub.outputs.append(new)
+            self.eval_state.clock_s += self.profile.host_eval_call_s  # Python between barriers; late frees land
             held, seconds = run_eval(
                 sub, {old: st.buffers[c.name]}, self.buffers, self.profile, self.eval_state, synchronize=False
             )

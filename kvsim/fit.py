@@ -9,8 +9,9 @@ of them are multiplied by one factor. The fit uses that split:
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
 2. **Free timing** (GPU): the point on a grid (graph nodes per kernel, completion lag, host cost
    of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
-   timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``). It moves host time, so it
-   comes before the time model.
+   timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``); then the host time between
+   a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
+   the time model.
 3. **Time model**: a factor on the simulated eval time and a cost per graph array, minimising the
    mean |log(measured / simulated)| decode-step time (``fit_scale``; peaks do not move).
 """
@@ -40,6 +41,7 @@ MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10, 5e9)  # 0: system allo
 MIN_WIDTH_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.34)  # candidates for range_min_width
 POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_weight
 GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
+EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
 ROBUST_SHRINK = 1.02  # tie-break: runs still inside when both range ends move 2% inwards
 RANDOM_STARTS = 8
 DECODE_WEIGHT = 0.1
@@ -231,6 +233,26 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     return fitted, len(grid) * len(observations)
 
 
+def fit_barrier(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
+    """GPU: the host time between barrier ``mx.eval`` calls (``host_eval_call_s``), from a grid,
+    minimising the predicted-peak loss over the scenarios that grow behind barriers (``lowpeak``).
+    Frees a completion handler still owes land in that time, before the next buffer grows."""
+    barrier = [o for o in observations if o.scenario.policy_name == "lowpeak"]
+    if not barrier:
+        log("barrier: no lowpeak scenarios in the train split; host_eval_call_s left as it is")
+        return profile, 0
+
+    def loss(seconds: float) -> float:
+        timed = replace(profile, host_eval_call_s=seconds)
+        return peak_loss(barrier, [predict(o.scenario, timed).peak_bytes for o in barrier], GPU_MAX_WEIGHT)
+
+    losses = {s: loss(s) for s in EVAL_CALL_GRID_S}
+    best = min(EVAL_CALL_GRID_S, key=lambda s: (losses[s], s))
+    log(f"barrier: {best * 1e6:.3g} us of host time between barrier evals (loss {losses[best]:.3f} over "
+        f"{len(barrier)} lowpeak scenarios; {losses[0.0]:.3f} with none)")
+    return replace(profile, host_eval_call_s=best), 3 * len(EVAL_CALL_GRID_S) * len(barrier)
+
+
 def _host_cost(bytes_per_s: float) -> float:
     """Host seconds per byte of a system allocation (rate 0 means free)."""
     return 0.0 if bytes_per_s == 0 else 1.0 / bytes_per_s
@@ -249,7 +271,8 @@ def fit_profile(
         profile, evaluations = fit_shape(train, profile, max_evals, log)
     if profile.is_gpu:  # free timing moves host time (system allocations), so it goes before the time model
         profile, lag_evals = fit_lag(train, profile, log)
-        evaluations += lag_evals
+        profile, barrier_evals = fit_barrier(train, profile, log)
+        evaluations += lag_evals + barrier_evals
     profile = fit_scale(train, profile, log)
     profile = replace(profile, status="fitted")
     rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in train]

@@ -50,6 +50,9 @@ class BackendProfile:
     ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation;
     ``python_array_s`` the time Python and MLX take to build each lazy array of a step's graph
     (it adds to step time, not to memory: nothing is allocated while the graph is built but scalars);
+    ``host_eval_call_s`` is the host time (Python and MLX) between the ``mx.eval`` barriers a
+    ``lowpeak`` cache grows behind: frees a completion handler still owes land in it. It moves the
+    event timing only; ``python_array_s`` counts Python time in step time.
     ``eval_time_scale`` converts the event model's eval time into reported wall time, so the time
     model is fitted without moving the event timing that decides peaks.
     """
@@ -87,6 +90,7 @@ class BackendProfile:
     completion_lag_low_s: float = 0.0
     completion_lag_high_s: float = 0.0
     python_array_s: float = 3.0e-6
+    host_eval_call_s: float = 0.0
     eval_time_scale: float = 1.0
     notes: str = ""
 
@@ -123,6 +127,7 @@ FITTED_FIELDS: tuple[str, ...] = (
     "host_malloc_bytes_per_s_low",
     "host_malloc_bytes_per_s_high",
     "range_min_width",
+    "host_eval_call_s",
     "peak_point_weight",
 )
 
