@@ -158,6 +158,8 @@ class Engine:
                     if not in_place:
                         copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
         barrier_s = self.barrier_s
+        if self.barrier_arrays:  # the step's own mx.eval follows its last barrier after the same host time
+            self.eval_state.clock_s += self.profile.host_eval_call_s
         held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
         p = self.profile
         seconds = (barrier_s + main_s) * p.eval_time_scale + (len(g.arrays) + self.barrier_arrays) * p.python_array_s
