@@ -29,21 +29,27 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
         if reached[a]:
             for x in inputs_of[a]:
                 reached[x] = 1
+    siblings = [arr.siblings for arr in arrays]
     degree: dict[int, int] = {}
     get = degree.get
-    grouped: set[int] = set()  # sibling groups already expanded, by their smallest member
-    for a in [SYNC, *(i for i in range(len(arrays)) if reached[i])]:
-        if a != SYNC and arrays[a].siblings:
-            group = min(a, *arrays[a].siblings)
-            if group in grouped:
-                continue
-            grouped.add(group)
+    expand = [SYNC, *(i for i in range(len(arrays)) if reached[i])]
+    if any(siblings):  # a sibling group is expanded once: its first reached member
+        groups: set[int] = set()  # by their smallest member
+        kept = [SYNC]
+        for a in expand[1:]:
+            if siblings[a]:
+                group = min(a, *siblings[a])
+                if group in groups:
+                    continue
+                groups.add(group)
+            kept.append(a)
+        expand = kept
+    for a in expand:
         for x in outputs if a == SYNC else inputs_of[a]:
             degree[x] = get(x, 0) + 1
-            for s in arrays[x].siblings:
+            for s in siblings[x]:
                 degree[s] = get(s, 0) + 1
     scheduled = [bool(arr.prim) for arr in arrays]
-    siblings = [arr.siblings for arr in arrays]
 
     tape: list[int] = [SYNC]
     pending: list[tuple[int, int]] = []
