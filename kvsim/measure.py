@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import platform
 import time
 from collections.abc import Callable
@@ -104,6 +105,7 @@ def run_reference(scenario: Scenario, cache_factory: CacheFactory = reference_ca
 
     dtypes = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
     w, layers = scenario.workload, scenario.model.layers
+    gc.collect()  # arrays an earlier caller dropped in a reference cycle: freed now, not mid-run
     mx.clear_cache()
     pool = {
         shape: mx.random.normal((w.batch, shape[0], w.prefill_chunk, shape[1])).astype(dtypes[shape[2]])
@@ -114,6 +116,28 @@ def run_reference(scenario: Scenario, cache_factory: CacheFactory = reference_ca
     mx.clear_cache()
     baseline = mx.get_active_memory()
     caches = [cache_factory(scenario, i) for i in range(len(layers))]
+    collecting = gc.isenabled()
+    gc.disable()  # a collection mid-run would free other arrays and move the counters
+    try:
+        with mx.stream(_fresh_stream(mx)):
+            steps = _measure_steps(mx, scenario, caches, pool, baseline)
+    finally:
+        if collecting:
+            gc.enable()
+    impl = type(caches[0]).__module__ + "." + type(caches[0]).__name__
+    return Measurement(scenario.id, mlx_backend_name(), mx.__version__, impl, tuple(steps))
+
+
+def _fresh_stream(mx: Any) -> Any:
+    """The CPU backend groups every 10 dispatches of a stream into one task, counting from the stream's
+    first dispatch (``mlx/backend/cpu/encoder.h``), so a run on the default stream would start at a phase
+    set by everything the process did before. A new stream starts every run at phase 0, as the model does."""
+    return mx.new_stream(mx.cpu) if mlx_backend_name() == "mlx-cpu" else mx.default_stream(mx.default_device())
+
+
+def _measure_steps(mx: Any, scenario: Scenario, caches: list[Any], pool: dict[Any, Any], baseline: int) -> list[StepMeasure]:
+    """The contract's steps 3 and 4: every step's update, read, one ``mx.eval`` and the counters."""
+    w, layers = scenario.workload, scenario.model.layers
     held = [0] * len(layers)
     steps: list[StepMeasure] = []
     start = 0
@@ -134,8 +158,7 @@ def run_reference(scenario: Scenario, cache_factory: CacheFactory = reference_ca
         active = mx.get_active_memory() - baseline
         steps.append(StepMeasure(n, active, mx.get_cache_memory(), mx.get_peak_memory() - baseline, wall))
         start += n
-    impl = type(caches[0]).__module__ + "." + type(caches[0]).__name__
-    return Measurement(scenario.id, mlx_backend_name(), mx.__version__, impl, tuple(steps))
+    return steps
 
 
 def _layer_step(mx: Any, consumer: str, cache: Any, src: Any, rows: int) -> Any:
