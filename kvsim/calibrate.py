@@ -49,10 +49,11 @@ def cache_factory_for(scenario: Scenario) -> Callable[[Scenario, int], Any] | No
     return reference_cache
 
 
-def measurement_record(item: SweepItem, repeat: int, measurement: Any) -> dict[str, Any]:
-    """One JSONL record for a finished run of the reference workload."""
+def measurement_record(item: SweepItem, repeat: int, measurement: Any, host_probe_s: float | None = None) -> dict[str, Any]:
+    """One JSONL record for a finished run of the reference workload (``host_probe_s``: the probe
+    measured just before it, ``kvsim.host_probe``)."""
     steps = measurement.steps
-    return {
+    record = {
         "kind": "measurement",
         "id": item.scenario.id,
         "split": item.split,
@@ -72,6 +73,9 @@ def measurement_record(item: SweepItem, repeat: int, measurement: Any) -> dict[s
             "wall_s": [round(s.wall_s, 7) for s in steps],
         },
     }
+    if host_probe_s is not None:
+        record["host_probe_s"] = round(host_probe_s, 7)
+    return record
 
 
 def kvsim_version() -> str:
@@ -110,6 +114,8 @@ def calibrate(
 ) -> CalibrationRun:
     """Measure the sweep on the current MLX device and append records to the day's file.
 
+    Every run is preceded by the host-speed probe (``kvsim.host_probe``), recorded with it.
+
     Args:
         out_dir: Directory for ``<backend>-<mlx-version>-<yyyymmdd>.jsonl``.
         sweep: A name in ``SWEEPS``.
@@ -124,6 +130,7 @@ def calibrate(
     """
     import mlx.core as mx
 
+    from kvsim.host_probe import measure_probe_s
     from kvsim.measure import device_info, run_reference
 
     info = device_info()
@@ -155,8 +162,9 @@ def calibrate(
         if factory is not None:
             if bar is not None:
                 bar.set_postfix_str(str(item.scenario.id)[:40])
+            probe_s = measure_probe_s(backend)
             measurement = run_reference(item.scenario, factory)
-            lines.append(_encode(measurement_record(item, repeat, measurement)))
+            lines.append(_encode(measurement_record(item, repeat, measurement, probe_s)))
             write_lines_atomic(path, lines)
             ran += 1
             del measurement

@@ -139,12 +139,15 @@ def text_report(report: dict[str, Any]) -> str:
     head = ["id", "runs", "meas MiB", "pred MiB", "peak %", "final %"]
     head += ["in range", "hi/lo"] if gpu else []
     head += ["meas ms", "pred ms", "decode %"]
+    probed = any(r.get("host_factor") for r in report["rows"])
+    head += ["host x"] if probed else []
     lines = []
     for r in report["rows"]:
         cells = [str(r["id"]), str(r["runs"]), _mib(r["measured_peak_bytes"]), _mib(r["predicted_peak_bytes"]),
                  _pct(r["peak_err_pct"]), _pct(r["final_err_pct"])]
         cells += [f"{r['runs_in_range']}/{r['runs']}", f"{r['range_width']:.3f}"] if gpu else []
         cells += [_ms(r["measured_decode_s"]), _ms(r["predicted_decode_s"]), _pct(r["decode_err_pct"])]
+        cells += ["-" if not r.get("host_factor") else f"{r['host_factor']:.3f}"] if probed else []
         lines.append(cells)
     widths = [max(len(c) for c in col) for col in zip(head, *lines)]
     fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
@@ -156,6 +159,9 @@ def text_report(report: dict[str, Any]) -> str:
         st = s[f"{name}_abs_err_pct"]
         if st["median"] is not None:
             out.append(f"{name:6s} |err|: median {st['median']:.3f}%, max {st['max']:.3f}%")
+    if probed:
+        out.append("meas ms: the fastest run's median decode step, in the fitting host's time "
+                   "(x fitting host's probe / the run's probe); host x: how much slower the runs' host probed")
     if gpu:
         out.append(f"runs in range: {s['runs_in_range']}/{s['runs']}, widest range {s['max_range_width']:.3f}x")
     out += [f"target {'met ' if ok else 'MISSED'}  {name}" for name, ok in s["targets"].items()]

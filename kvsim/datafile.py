@@ -2,7 +2,8 @@
 
 Line 1 is ``{"kind": "header", "format": FORMAT, "backend", "mlx_version", "device", ...}``; every
 later line is ``{"kind": "measurement", "id", "split", "repeat", "scenario", "steps", "peak_bytes",
-"final_active_bytes", ...}`` where ``steps`` holds equal-length per-step arrays (``STEP_FIELDS``).
+"final_active_bytes", ...}`` where ``steps`` holds equal-length per-step arrays (``STEP_FIELDS``);
+``host_probe_s`` (optional) is the host-speed probe measured before the run (``kvsim.host_probe``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def _check_record(obj: Any, path: Path, line: int) -> dict[str, Any]:
             raise CalibrationFileError(path, line, f"field {key!r} must be an integer, got {value!r}")
     if not isinstance(obj.get("scenario"), dict):
         raise CalibrationFileError(path, line, "field 'scenario' must be a scenario object")
+    probe = obj.get("host_probe_s")
+    if probe is not None and (isinstance(probe, bool) or not isinstance(probe, (int, float)) or not probe > 0):
+        raise CalibrationFileError(path, line, f"field 'host_probe_s' must be a positive number of seconds, got {probe!r}")
     steps = obj.get("steps")
     if not isinstance(steps, dict):
         raise CalibrationFileError(path, line, "field 'steps' must be an object of per-step arrays")
@@ -130,7 +134,7 @@ def load_calibrations(
         mlx_version: Keep only files of this MLX version (required when they mix versions).
 
     Returns:
-        ``(headers, records)``; each record gains ``"source"`` (its file name).
+        ``(headers, records)``; each record gains ``"source"`` (its file name) and ``"source_path"``.
 
     Raises:
         CalibrationFileError: a bad file, no file left after filtering, or a silent mix of
@@ -154,7 +158,7 @@ def load_calibrations(
             names = ", ".join(f"{p.name} ({h[key]})" for p, h, _ in kept)
             raise CalibrationFileError(paths[0].parent, None, f"files mix {key}s {values}: choose one with {key}= (CLI: --{key.replace('_', '-')}) ({names})")
     headers = [h for _, h, _ in kept]
-    records = [{**rec, "source": p.name} for p, _, recs in kept for rec in recs]
+    records = [{**rec, "source": p.name, "source_path": str(p)} for p, _, recs in kept for rec in recs]
     return headers, records
 
 

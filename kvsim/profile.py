@@ -54,7 +54,9 @@ class BackendProfile:
     ``lowpeak`` cache grows behind: frees a completion handler still owes land in it. It moves the
     event timing only; ``python_array_s`` counts Python time in step time.
     ``eval_time_scale`` converts the event model's eval time into reported wall time, so the time
-    model is fitted without moving the event timing that decides peaks.
+    model is fitted without moving the event timing that decides peaks. ``host_probe_s`` is the
+    host-speed probe (``kvsim.host_probe``) on the host the time model was fitted on (0: unknown):
+    step times measured on another host are compared in this host's time.
     """
 
     name: str
@@ -92,6 +94,7 @@ class BackendProfile:
     python_array_s: float = 3.0e-6
     host_eval_call_s: float = 0.0
     eval_time_scale: float = 1.0
+    host_probe_s: float = 0.0
     notes: str = ""
 
     @property
@@ -129,6 +132,7 @@ FITTED_FIELDS: tuple[str, ...] = (
     "range_min_width",
     "host_eval_call_s",
     "peak_point_weight",
+    "host_probe_s",
 )
 
 DEFAULTS: dict[str, BackendProfile] = {

@@ -6,7 +6,9 @@ memory are compared with the mean over a scenario's repeats, decode-step time wi
 repeat's median decode-step (one-token step) wall time: decode steps are host-bound, and the lent
 H200's host switches between runs from a fast to a slow state (0.85 vs 1.4 ms for the same 12-layer
 graph), so the median over repeats lands anywhere between the two; the fastest run is the state an
-undisturbed host returns to (``docs/validation.md``).
+undisturbed host returns to (``docs/validation.md``). Where the runs carry the host-speed probe and
+the profile records its fitting host's probe, each run's step times are first put in that host's
+time (``kvsim.host_probe``): hosts differ by up to 1.5x in host speed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from kvsim.datafile import CalibrationFileError, load_calibrations
 from kvsim.engine import Engine, simulate_timeline
+from kvsim.host_probe import host_scale
 from kvsim.peak_range import estimate_peak
 from kvsim.profile import DEFAULTS, BackendProfile
 from kvsim.scenario import Scenario, ScenarioError, parse_scenario
@@ -40,6 +43,8 @@ class Observation:
     finals_bytes: tuple[int, ...]
     decode_step_s: float | None
     sources: tuple[str, ...]
+    run_decodes_s: tuple[float | None, ...] = ()
+    run_probes_s: tuple[float | None, ...] = ()
 
     @property
     def mean_peak_bytes(self) -> float:
@@ -61,6 +66,27 @@ class Prediction:
     decode_step_s: float | None
 
 
+def at_host_speed(obs: Observation, reference_probe_s: float) -> Observation:
+    """``obs`` with its decode-step time in the time of the host whose probe is ``reference_probe_s``:
+    each run's median step scaled by ``reference / run probe`` (runs without a probe as measured)."""
+    if not reference_probe_s or not any(obs.run_probes_s):
+        return obs
+    scaled = [d * host_scale(reference_probe_s, p) for d, p in zip(obs.run_decodes_s, obs.run_probes_s) if d is not None]
+    return replace(obs, decode_step_s=min(scaled) if scaled else None)
+
+
+def host_factor(obs: Observation, reference_probe_s: float) -> float | None:
+    """How much slower than the reference host this scenario's runs' host was (median over runs)."""
+    scales = [host_scale(reference_probe_s, p) for p in obs.run_probes_s if p]
+    return 1.0 / statistics.median(scales) if reference_probe_s and scales else None
+
+
+def reference_probe_s(observations: Sequence[Observation], split: str = "train") -> float:
+    """Median host-speed probe over the runs of ``split`` (0 when none carries one)."""
+    probes = [p for o in observations if o.split == split for p in o.run_probes_s if p]
+    return statistics.median(probes) if probes else 0.0
+
+
 def pct_error(predicted: float, measured: float) -> float:
     """Signed relative error in percent (0 when both are 0)."""
     if measured == 0:
@@ -72,6 +98,17 @@ def _median_decode_s(record: dict[str, Any]) -> float | None:
     steps = record["steps"]
     walls = [w for t, w in zip(steps["tokens"], steps["wall_s"]) if t == 1]
     return statistics.median(walls) if walls else None
+
+
+def host_probes_s(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each file's host speed: the 10th percentile of its runs' probes, the host's fast state (a
+    host switches between a fast and a slow state, also within a run; the fastest runs compared
+    here are fast-state runs). Files whose runs carry no probe are left out."""
+    by_file: dict[str, list[float]] = {}
+    for rec in records:
+        if rec.get("host_probe_s"):
+            by_file.setdefault(rec["source_path"], []).append(float(rec["host_probe_s"]))
+    return {src: sorted(ps)[(len(ps) - 1) // 10] for src, ps in by_file.items()}
 
 
 def load_observations(
@@ -88,6 +125,7 @@ def load_observations(
     if data_backend not in DEFAULTS:
         raise CalibrationFileError(records[0]["source"] if records else "<data>", 1,
                                    f"header field 'backend': unknown backend {data_backend!r}")
+    probes = host_probes_s(records)
     groups: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault(str(rec["id"]), []).append(rec)
@@ -100,10 +138,12 @@ def load_observations(
         splits = {r.get("split", "train") for r in recs}
         if len(splits) != 1 or not splits <= {"train", "validation"}:
             raise CalibrationFileError(recs[0]["source"], None, f"scenario {sid!r}: field 'split' must be one of train/validation, got {sorted(splits)}")
-        decodes = [d for d in map(_median_decode_s, recs) if d is not None]
+        run_decodes = tuple(map(_median_decode_s, recs))
+        decodes = [d for d in run_decodes if d is not None]
         observations.append(Observation(
             scenario, splits.pop(), tuple(r["peak_bytes"] for r in recs), tuple(r["final_active_bytes"] for r in recs),
             min(decodes) if decodes else None, tuple(sorted({r["source"] for r in recs})),
+            run_decodes, tuple(probes.get(r["source_path"]) for r in recs),
         ))
     return headers, observations
 
@@ -137,8 +177,11 @@ def predict(scenario: Scenario, profile: BackendProfile) -> Prediction:
                       decode_step_s(engine))
 
 
-def compare(obs: Observation, pred: Prediction, is_gpu: bool) -> dict[str, Any]:
-    """One table row: measured, predicted and errors for one scenario."""
+def compare(obs: Observation, pred: Prediction, is_gpu: bool, reference_probe_s: float = 0.0) -> dict[str, Any]:
+    """One table row: measured, predicted and errors for one scenario; with ``reference_probe_s``
+    the measured decode step is in the reference host's time and ``host_factor`` says how much
+    slower the runs' host was."""
+    obs = at_host_speed(obs, reference_probe_s)
     inside = sum(pred.peak_low_bytes <= p <= pred.peak_high_bytes for p in obs.peaks_bytes)
     row: dict[str, Any] = {
         "id": obs.scenario.id,
@@ -155,6 +198,7 @@ def compare(obs: Observation, pred: Prediction, is_gpu: bool) -> dict[str, Any]:
         "predicted_decode_s": pred.decode_step_s,
         "decode_err_pct": None if obs.decode_step_s is None or pred.decode_step_s is None
         else pct_error(pred.decode_step_s, obs.decode_step_s),
+        "host_factor": host_factor(obs, reference_probe_s),
     }
     if is_gpu:
         row.update(peak_low_bytes=pred.peak_low_bytes, peak_high_bytes=pred.peak_high_bytes,
@@ -197,7 +241,7 @@ def validate(observations: list[Observation], profile: BackendProfile, split: st
     if split not in SPLITS:
         raise ValueError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
     chosen = [o for o in observations if split == "all" or o.split == split]
-    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in chosen]
+    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu, profile.host_probe_s) for o in chosen]
     return {"backend": profile.name, "profile_mlx_version": profile.mlx_version, "profile_status": profile.status,
             "split": split, "rows": rows, "summary": summarise(rows, profile.is_gpu)}
 

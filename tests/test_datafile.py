@@ -86,6 +86,8 @@ def test_truncated_tail(tmp_path: Path) -> None:
         (lambda h, r: (h, {**r, "steps": {**r["steps"], "wall_s": [0.1]}}), 2, "of one length"),
         (lambda h, r: (h, {**r, "steps": {**r["steps"], "tokens": "x"}}), 2, "'steps.tokens'"),
         (lambda h, r: (h, {**r, "scenario": []}), 2, "'scenario'"),
+        (lambda h, r: (h, {**r, "host_probe_s": 0}), 2, "'host_probe_s' must be a positive number of seconds, got 0"),
+        (lambda h, r: (h, {**r, "host_probe_s": "fast"}), 2, "'host_probe_s'"),
     ],
 )
 def test_invalid_fields(tmp_path: Path, mutate, line: int, needle: str) -> None:
