@@ -7,8 +7,8 @@ of them are multiplied by one factor. The fit uses that split:
 1. **Shape** (CPU): the ratios of host, kernel, dispatch and byte times, Nelder-Mead in log-space
    from the current profile (plus a few random starts), minimising mean |peak error| + 0.1 max
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
-2. **Free timing** (GPU): the point on a grid (graph nodes per kernel, completion lag, host cost
-   of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
+2. **Free timing** (GPU): the point on a grid (device bandwidth, graph nodes per kernel, completion
+   lag, host cost of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
    timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``); then the host time between
    a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
    the time model.
@@ -19,10 +19,13 @@ of them are multiplied by one factor. The fit uses that split:
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
+import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,12 +35,15 @@ import numpy as np
 from kvsim.engine import simulate_timeline
 from kvsim.peak_range import bound_range, peak_of, point_estimate
 from kvsim.profile import FITTED_FIELDS, BackendProfile
-from kvsim.validate import Observation, compare, decode_step_s, pct_error, predict, summarise
+from kvsim.validate import (Observation, at_host_speed, compare, decode_step_s, pct_error, predict, reference_probe_s,
+                            summarise)
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
 LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3)
 NODES_GRID = (1.0, 1.5, 2.0, 3.0)
 MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10, 5e9)  # 0: system allocations cost no host time
+# effective device bytes per second of the cache's copies: how long the GPU runs behind the host
+BANDWIDTH_GRID_BYTES_PER_S = (2e12, 1e12, 5e11, 2.5e11)
 MIN_WIDTH_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.34)  # candidates for range_min_width
 POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_weight
 GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
@@ -176,22 +182,46 @@ def fit_scale(observations: list[Observation], profile: BackendProfile, log: Log
     return replace(profile, eval_time_scale=factor, python_array_s=per_array_s)
 
 
+def peak_table(observations: list[Observation], profiles: list[BackendProfile]) -> np.ndarray:
+    """Point peaks of every observation (columns) under every profile (rows), on all cores."""
+    workers = min(os.cpu_count() or 1, len(profiles))
+    if workers <= 1 or len(profiles) * len(observations) < 64:
+        return np.array([point_peaks(observations, p) for p in profiles], dtype=float)
+    with ProcessPoolExecutor(workers) as pool:
+        return np.array(list(pool.map(point_peaks, itertools.repeat(observations), profiles, chunksize=4)), dtype=float)
+
+
+@dataclass(frozen=True, slots=True)
+class _LagCandidate:
+    """The best free timing at one device bandwidth: grid indices, range width, weight and losses."""
+
+    key: tuple[float, int, int]  # (point-estimate loss, -runs inside, -runs inside with room to spare)
+    point: int
+    lo: int
+    hi: int
+    min_width: float
+    weight: float
+    median_width: float
+
+
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
-    """GPU: when frees land relative to the host, from a grid over graph nodes per kernel,
-    completion lag and the host cost of system allocations. The point is the grid value with the
-    least peak loss. The range takes a grid value with frees no later than the point's on every axis
-    (as many or more graph nodes per kernel, no more lag, costlier system allocations) and one with
-    frees no earlier, plus a ``range_min_width``: those that hold the most training runs inside
+    """GPU: when frees land relative to the host, from a grid over the device bandwidth, graph nodes
+    per kernel, completion lag and the host cost of system allocations. At each bandwidth (a device
+    property, shared by the three timings) the point is the grid value with the least peak loss. The
+    range takes a grid value with frees no later than the point's on every axis (as many or more graph
+    nodes per kernel, no more lag, costlier system allocations) and one with frees no earlier, plus a
+    ``range_min_width``: those that hold the most training runs inside
     ``kvsim.peak_range.bound_range``, then the most with ``ROBUST_SHRINK`` room to spare at both
-    ends, then the narrowest median range."""
+    ends, then the widest ``range_min_width`` (the spread the training hosts showed is a lower bound
+    on a new host's), then the narrowest median range; then ``peak_point_weight``. The bandwidth kept is the one
+    whose predicted peaks have the least loss (as the point timing is chosen), then whose range holds
+    the most runs."""
     grid = [(n, lag, rate) for n in NODES_GRID for lag in LAG_GRID_S for rate in MALLOC_GRID_BYTES_PER_S]
 
-    def timed(n: float, lag: float, rate: float) -> BackendProfile:
-        return replace(profile, graph_nodes_per_kernel=n, completion_lag_s=lag, host_malloc_bytes_per_s=rate)
+    def timed(bw: float, n: float, lag: float, rate: float) -> BackendProfile:
+        return replace(profile, device_bytes_per_s=bw, graph_nodes_per_kernel=n, completion_lag_s=lag,
+                       host_malloc_bytes_per_s=rate)
 
-    table = np.array([point_peaks(observations, timed(*g)) for g in grid], dtype=float)
-    losses = [peak_loss(observations, peaks, GPU_MAX_WEIGHT) for peaks in table]
-    point = min(range(len(grid)), key=lambda g: (losses[g], g))
     runs = np.full((len(observations), max(len(o.peaks_bytes) for o in observations)), np.nan)
     for i, o in enumerate(observations):
         runs[i, : len(o.peaks_bytes)] = o.peaks_bytes
@@ -199,38 +229,52 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
         return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
 
-    n_pt, lag_pt, rate_pt = grid[point]
-    cost_pt = _host_cost(rate_pt)
-    earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
-    later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
-    best: tuple[tuple[int, int, float, float], int, int, float] | None = None
-    for lo in earlier:
-        for hi in later:
-            for min_width in MIN_WIDTH_GRID:
-                low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
-                                        profile.range_max_width, profile.range_low_share)
-                key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), float(np.median(high / low)), min_width)
-                if best is None or key < best[0]:
-                    best = (key, lo, hi, min_width)
-    assert best is not None
-    (neg_inside, _, median_width, _), lo, hi, min_width = best
-    weight = min(POINT_WEIGHT_GRID, key=lambda w: peak_loss(
-        observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT))
+    def best_at(table: np.ndarray) -> _LagCandidate:
+        losses = [peak_loss(observations, peaks, GPU_MAX_WEIGHT) for peaks in table]
+        point = min(range(len(grid)), key=lambda g: (losses[g], g))
+        n_pt, lag_pt, rate_pt = grid[point]
+        cost_pt = _host_cost(rate_pt)
+        earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
+        later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
+        best: tuple[tuple[int, int, float, float], int, int, float] | None = None
+        for lo in earlier:
+            for hi in later:
+                for min_width in MIN_WIDTH_GRID:
+                    low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
+                                            profile.range_max_width, profile.range_low_share)
+                    key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
+                    if best is None or key < best[0]:
+                        best = (key, lo, hi, min_width)
+        assert best is not None
+        (neg_inside, neg_robust, _, median_width), lo, hi, min_width = best
+        point_loss = {w: peak_loss(observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT)
+                      for w in POINT_WEIGHT_GRID}
+        weight = min(POINT_WEIGHT_GRID, key=point_loss.__getitem__)
+        return _LagCandidate((point_loss[weight], neg_inside, neg_robust), point, lo, hi, min_width, weight, median_width)
+
+    candidates = {}
+    for bw in BANDWIDTH_GRID_BYTES_PER_S:
+        candidates[bw] = best_at(peak_table(observations, [timed(bw, *g) for g in grid]))
+        log(f"free timing at {bw / 1e9:g} GB/s: predicted-peak loss {candidates[bw].key[0]:.3f}, "
+            f"range holds {-candidates[bw].key[1]} train runs")
+    bw = min(candidates, key=lambda b: candidates[b].key)
+    c = candidates[bw]
 
     def show(g: int) -> str:
         n, lag, rate = grid[g]
         return f"{n:g} nodes/kernel, lag {lag * 1e6:.3g} us, malloc {rate / 1e9:.3g} GB/s"
 
-    log(f"free timing: point {show(point)} (loss {losses[point]:.3f}); range {show(lo)} .. {show(hi)}, "
-        f"at least {min_width:g}x wide, holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs, "
-        f"median width {median_width:.3f}x; predicted peak {weight:g} x the point + the rest x the ends' mean")
-    (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[lo], grid[hi]
+    log(f"free timing: device {bw / 1e9:g} GB/s; point {show(c.point)}; range {show(c.lo)} .. {show(c.hi)}, "
+        f"at least {c.min_width:g}x wide, holds {-c.key[1]}/{int(np.sum(~np.isnan(runs)))} train runs, "
+        f"median width {c.median_width:.3f}x; predicted peak {c.weight:g} x the point + the rest x the ends' mean "
+        f"(loss {c.key[0]:.3f})")
+    (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[c.lo], grid[c.hi]
     fitted = replace(
-        timed(n_pt, lag_pt, rate_pt), range_min_width=min_width, peak_point_weight=weight,
+        timed(bw, *grid[c.point]), range_min_width=c.min_width, peak_point_weight=c.weight,
         graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo, host_malloc_bytes_per_s_low=rate_lo,
         graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi, host_malloc_bytes_per_s_high=rate_hi,
     )
-    return fitted, len(grid) * len(observations)
+    return fitted, len(BANDWIDTH_GRID_BYTES_PER_S) * len(grid) * len(observations)
 
 
 def fit_barrier(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
@@ -266,6 +310,9 @@ def fit_profile(
     train = [o for o in observations if o.split == "train"]
     if not train:
         raise ValueError("data: no train-split records to fit")
+    probe_s = reference_probe_s(train)  # times of runs on other hosts are put in this host's time
+    profile = replace(profile, host_probe_s=probe_s)
+    train = [at_host_speed(o, probe_s) for o in train]
     evaluations = 0
     if not profile.is_gpu:
         profile, evaluations = fit_shape(train, profile, max_evals, log)
@@ -275,7 +322,7 @@ def fit_profile(
         evaluations += lag_evals + barrier_evals
     profile = fit_scale(train, profile, log)
     profile = replace(profile, status="fitted")
-    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu) for o in train]
+    rows = [compare(o, predict(o.scenario, profile), profile.is_gpu, probe_s) for o in train]
     return FitResult(profile, rows, evaluations, time.perf_counter() - t0)
 
 
@@ -290,7 +337,8 @@ def fit_metadata(result: FitResult, headers: list[dict[str, Any]], data_files: l
         "devices": sorted({json_text(h.get("device", {}).get("device", {})) for h in headers}),
         "data_files": [_file_info(path) for path in data_files],
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "method": "log-space Nelder-Mead on peak shape (CPU), closed-form time scale, lag grid (GPU); train split only",
+        "method": "log-space Nelder-Mead on peak shape (CPU), bandwidth x free-timing grid (GPU), time model last; "
+                  "train split only",
         "fitted": {f: getattr(p, f) for f in FITTED_FIELDS},
         "evaluations": result.evaluations,
         "seconds": round(result.seconds, 1),

@@ -11,7 +11,7 @@ import pytest
 from kvsim.calibrate import calibrate
 from kvsim.cli import main
 from kvsim.datafile import read_calibration, write_jsonl_atomic
-from kvsim.fit import LAG_GRID_S, MALLOC_GRID_BYTES_PER_S, NODES_GRID, fit_lag, point_peaks
+from kvsim.fit import BANDWIDTH_GRID_BYTES_PER_S, LAG_GRID_S, MALLOC_GRID_BYTES_PER_S, NODES_GRID, fit_lag, point_peaks
 from kvsim.profile import DEFAULTS, BackendProfile
 from kvsim.scenario import parse_scenario
 from kvsim.validate import Observation, load_observations, profile_from_file, validate
@@ -143,4 +143,4 @@ def test_gpu_range_covers_spread_runs() -> None:
     assert peak.low_bytes <= fast and slow <= peak.high_bytes
     assert peak.low_bytes <= peak.peak_bytes <= peak.high_bytes
     assert peak.high_bytes / peak.low_bytes <= profile.range_max_width
-    assert sweeps == len(LAG_GRID_S) * len(NODES_GRID) * len(MALLOC_GRID_BYTES_PER_S)
+    assert sweeps == len(BANDWIDTH_GRID_BYTES_PER_S) * len(LAG_GRID_S) * len(NODES_GRID) * len(MALLOC_GRID_BYTES_PER_S)
