@@ -191,15 +191,20 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout2": lambda: _holdout_dicts(HOLDOUT_SEED + 1, "holdout2-"),
     "holdout3": lambda: _holdout_dicts(HOLDOUT_SEED + 2, "holdout3-"),  # measured after the range design was frozen
     "holdout4": lambda: _holdout_dicts(HOLDOUT_SEED + 3, "holdout4-"),  # measured after host_eval_call_s
+    # drawn like the held-out sweeps, but for fitting: the random scenarios the held-out checks draw
+    "train2": lambda: _holdout_dicts(HOLDOUT_SEED + 100, "train2-"),
+    "holdout5": lambda: _holdout_dicts(HOLDOUT_SEED + 4, "holdout5-"),  # measured with the host probe
+    "holdout6": lambda: _holdout_dicts(HOLDOUT_SEED + 5, "holdout6-"),  # measured after the bandwidth fit
 }
-ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4"})  # sweeps kept out of every fit
+ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6"})  # kept out of every fit
+ALL_TRAIN = frozenset({"train2"})  # every scenario in the train split
 
 
-def assign_splits(scenarios: Iterable[Scenario], all_validation: bool = False) -> list[SweepItem]:
+def assign_splits(scenarios: Iterable[Scenario], all_in: str | None = None) -> list[SweepItem]:
     """Deterministic ~60/40 train/validation split; every policy with >= 2 scenarios is in both.
-    ``all_validation`` puts every scenario in the validation split (a held-out sweep)."""
-    if all_validation:
-        return [SweepItem(sc, "validation") for sc in scenarios]
+    ``all_in`` puts every scenario in that split (``validation``: a held-out sweep)."""
+    if all_in is not None:
+        return [SweepItem(sc, all_in) for sc in scenarios]
     seen: dict[str, int] = {}
     items = []
     for sc in scenarios:
@@ -213,6 +218,7 @@ def build_sweep(name: str = "default", backend: str = "mlx-cpu") -> list[SweepIt
     """The named sweep's scenarios, validated, with their splits."""
     if name not in SWEEPS:
         raise ValueError(f"--sweep: unknown sweep, got {name!r} (known: {', '.join(SWEEPS)})")
-    return assign_splits((parse_scenario(d, backend=backend) for d in SWEEPS[name]()), name in ALL_VALIDATION)
+    all_in = "validation" if name in ALL_VALIDATION else "train" if name in ALL_TRAIN else None
+    return assign_splits((parse_scenario(d, backend=backend) for d in SWEEPS[name]()), all_in)
 
 

@@ -100,6 +100,7 @@ def test_tiny_run_records_and_resume(tmp_path: Path) -> None:
         assert rec["peak_bytes"] == max(steps["peak_bytes"])
         assert rec["final_active_bytes"] == steps["active_bytes"][-1]
         assert all(p >= a for p, a in zip(steps["peak_bytes"], steps["active_bytes"]))
+        assert 0 < rec["host_probe_s"] < 1  # the host-speed probe measured before the run
     step64 = next(r for r in records if r["id"] == "tiny-step64")
     sc = items["tiny-step64"].scenario
     rows = held = 0
@@ -166,19 +167,24 @@ def test_default_sweep_runs_on_cpu(tmp_path: Path) -> None:
     assert len(records) == len(build_sweep("default"))
 
 
-@pytest.mark.parametrize("name", ["holdout", "holdout2", "holdout3"])
-def test_held_out_sweeps_are_stable_and_never_trained_on(name: str) -> None:
+RANDOM_SWEEPS = {"holdout": "validation", "holdout2": "validation", "holdout3": "validation", "holdout4": "validation",
+                 "holdout5": "validation", "holdout6": "validation", "train2": "train"}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_SWEEPS))
+def test_random_sweeps_are_stable_disjoint_and_in_one_split(name: str) -> None:
     items = build_sweep(name)
-    assert len(items) == 36 and {it.split for it in items} == {"validation"}
+    assert len(items) == 36 and {it.split for it in items} == {RANDOM_SWEEPS[name]}
     assert [it.scenario.to_dict() for it in items] == [it.scenario.to_dict() for it in build_sweep(name)]
     assert len({str(it.scenario.id) for it in items}) == 36
     assert {it.scenario.policy_name for it in items} >= {"step", "prealloc", "full", "rotating", "quantized", "lowpeak"}
-    others = {str(it.scenario.id) for other in ("default", "holdout", "holdout2", "holdout3") if other != name
-              for it in build_sweep(other)}
-    assert not others & {str(it.scenario.id) for it in items}
+    others = [it.scenario for other in ("default", *RANDOM_SWEEPS) if other != name for it in build_sweep(other)]
+    assert not {str(sc.id) for sc in others} & {str(it.scenario.id) for it in items}
+    drawn = {json.dumps({k: v for k, v in it.scenario.to_dict().items() if k != "id"}, sort_keys=True) for it in items}
+    assert not drawn & {json.dumps({k: v for k, v in sc.to_dict().items() if k != "id"}, sort_keys=True) for sc in others}
 
 
-@pytest.mark.parametrize("name", ["holdout", "holdout2", "holdout3"])
+@pytest.mark.parametrize("name", ["holdout", "holdout2", "holdout3", "holdout4"])
 def test_shipped_held_out_runs_are_the_sweep(name: str) -> None:
     """A re-run resumes the shipped file only if the sweep still draws the same scenarios."""
     path = Path(__file__).resolve().parent.parent / "data" / name / "mlx-cuda-0.32.4-20261129.jsonl"
