@@ -161,7 +161,7 @@ def text_report(report: dict[str, Any]) -> str:
             out.append(f"{name:6s} |err|: median {st['median']:.3f}%, max {st['max']:.3f}%")
     if probed:
         out.append("meas ms: the fastest run's median decode step, in the fitting host's time "
-                   "(x fitting host's probe / the run's probe); host x: how much slower the runs' host probed")
+                   "(x fitting host's probe / the file's probe); host x: how much slower the runs' host probed")
     if gpu:
         out.append(f"runs in range: {s['runs_in_range']}/{s['runs']}, widest range {s['max_range_width']:.3f}x")
     out += [f"target {'met ' if ok else 'MISSED'}  {name}" for name, ok in s["targets"].items()]

@@ -25,8 +25,8 @@ import math
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -213,9 +213,9 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     ``range_min_width``: those that hold the most training runs inside
     ``kvsim.peak_range.bound_range``, then the most with ``ROBUST_SHRINK`` room to spare at both
     ends, then the widest ``range_min_width`` (the spread the training hosts showed is a lower bound
-    on a new host's), then the narrowest median range; then ``peak_point_weight``. The bandwidth kept is the one
-    whose predicted peaks have the least loss (as the point timing is chosen), then whose range holds
-    the most runs."""
+    on a new host's), then the narrowest median range; then ``peak_point_weight``. The bandwidth
+    kept is the one whose predicted peaks have the least loss (as the point timing is chosen), then
+    whose range holds the most runs."""
     grid = [(n, lag, rate) for n in NODES_GRID for lag in LAG_GRID_S for rate in MALLOC_GRID_BYTES_PER_S]
 
     def timed(bw: float, n: float, lag: float, rate: float) -> BackendProfile:
@@ -236,7 +236,7 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
         cost_pt = _host_cost(rate_pt)
         earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
         later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
-        best: tuple[tuple[int, int, float, float], int, int, float] | None = None
+        best: tuple[tuple[int, int, float, float], int, int, float] | None = None  # (key, lo, hi, min width)
         for lo in earlier:
             for hi in later:
                 for min_width in MIN_WIDTH_GRID:

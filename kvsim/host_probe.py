@@ -3,9 +3,11 @@
 Decode steps of the reference workload are mostly host time (Python building the graph, MLX
 launching kernels), so the same scenario runs up to 1.5x slower on one lent H200 host than on
 another, and a host can switch between a fast and a slow state between runs. Each run records the
-probe measured just before it (``host_probe_s``). A profile records the probe of the host its time
-model was fitted on (``BackendProfile.host_probe_s``), so measured step times from any host can be
-compared with the model in the fitting host's time: ``measured x profile probe / run probe``.
+probe measured just before it (``host_probe_s``); a file is one host, whose speed is the 10th
+percentile of its runs' probes (its fast state, ``kvsim.validate.host_probes_s``). A profile records
+the probe of the host its time model was fitted on (``BackendProfile.host_probe_s``), so measured
+step times from any host are compared with the model in the fitting host's time:
+``measured x profile probe / the file's probe``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def measure_probe_s(backend: str) -> float:
 
 
 def host_scale(reference_probe_s: float, run_probe_s: float | None) -> float:
-    """Factor that turns a run's step times into the reference host's time (1 without a probe)."""
+    """Factor that turns step times measured at ``run_probe_s`` into the reference host's time (1
+    without a probe)."""
     if not reference_probe_s or not run_probe_s:
         return 1.0
     return reference_probe_s / run_probe_s

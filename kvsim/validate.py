@@ -43,8 +43,8 @@ class Observation:
     finals_bytes: tuple[int, ...]
     decode_step_s: float | None
     sources: tuple[str, ...]
-    run_decodes_s: tuple[float | None, ...] = ()
-    run_probes_s: tuple[float | None, ...] = ()
+    run_decodes_s: tuple[float | None, ...] = ()  # each run's median decode step, as measured
+    run_probes_s: tuple[float | None, ...] = ()  # each run's host speed: its file's probe (``host_probes_s``)
 
     @property
     def mean_peak_bytes(self) -> float:
@@ -68,7 +68,7 @@ class Prediction:
 
 def at_host_speed(obs: Observation, reference_probe_s: float) -> Observation:
     """``obs`` with its decode-step time in the time of the host whose probe is ``reference_probe_s``:
-    each run's median step scaled by ``reference / run probe`` (runs without a probe as measured)."""
+    each run's median step scaled by ``reference / its host's probe`` (runs without one as measured)."""
     if not reference_probe_s or not any(obs.run_probes_s):
         return obs
     scaled = [d * host_scale(reference_probe_s, p) for d, p in zip(obs.run_decodes_s, obs.run_probes_s) if d is not None]
