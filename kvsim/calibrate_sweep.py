@@ -195,8 +195,9 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "train2": lambda: _holdout_dicts(HOLDOUT_SEED + 100, "train2-"),
     "holdout5": lambda: _holdout_dicts(HOLDOUT_SEED + 4, "holdout5-"),  # measured with the host probe
     "holdout6": lambda: _holdout_dicts(HOLDOUT_SEED + 5, "holdout6-"),  # measured after the bandwidth fit
+    "holdout7": lambda: _holdout_dicts(HOLDOUT_SEED + 6, "holdout7-"),  # measured with the refit profile frozen
 }
-ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6"})  # kept out of every fit
+ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "holdout7"})
 ALL_TRAIN = frozenset({"train2"})  # every scenario in the train split
 
 
