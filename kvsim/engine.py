@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from kvsim.allocator import Allocator
-from kvsim.eval_sim import Buffer, Buffers, EvalState, run_eval
+from kvsim.eval_sim import Buffer, Buffers, EvalState, donatable, run_eval
 from kvsim.graph import StepGraph
 from kvsim.layer_ops import Component, LayerStep, fetch_held, read, update
 from kvsim.patterns import step_patterns
@@ -271,16 +271,33 @@ class Engine:
             for st in self.layers
         )
         key = (sig, self.scenario.consumer == "sdpa" and t)
-        if key not in self.memo:
-            held_before = [st.held_rows for st in self.layers]
-            self._advance_rows(t)
-            out = self.step(t, 1)
-            self.memo[key] = (out.peak_bytes - base_active, out.seconds)
-            cache = out.cache_bytes
-            for st, h in zip(self.layers, held_before):
-                st.held_rows = h
-        delta, secs = self.memo[key]
-        return delta, secs, cache
+        if key in self.memo and not self._oversized():
+            delta, secs = self.memo[key]
+            return delta, secs, cache
+        oversized = self._oversized()
+        held_before = [st.held_rows for st in self.layers]
+        self._advance_rows(t)
+        out = self.step(t, 1)
+        for st, h in zip(self.layers, held_before):
+            st.held_rows = h
+        result = (out.peak_bytes - base_active, out.seconds)
+        if not oversized:  # a step that copies an oversized buffer is not the pattern's steady state
+            self.memo[key] = result
+        return *result, out.cache_bytes
+
+    def _oversized(self) -> bool:
+        """Whether some cache buffer is too long to be donated to its own update.
+
+        A growth may reuse a cached buffer up to ``reuse_window_bytes`` longer than asked; past
+        MLX's donation slack the next update copies it into a buffer of the right size, so that
+        step's memory is its own, not the pattern's."""
+        table = self.buffers.table
+        return any(
+            not donatable(table[st.buffers[c.name]].length_bytes, st.buffer_rows * c.row_bytes)
+            for st in self.layers
+            for c in st.components
+            if c.name in st.buffers
+        )
 
     def _advance_rows(self, token: int) -> None:
         for st in self.layers:

@@ -23,6 +23,13 @@ from kvsim.graph import VIEW_PRIMS, StepGraph
 from kvsim.profile import BackendProfile
 from kvsim.tape import execution_order
 
+DONATION_EXTRA_BYTES = 16384  # MLX's ``is_donatable(in, out)``: in's buffer at most out.nbytes() + this
+
+
+def donatable(length_bytes: int, nbytes: int) -> bool:
+    """Whether a buffer of ``length_bytes`` may hold an op's ``nbytes`` output (MLX's donation rule)."""
+    return nbytes <= length_bytes <= nbytes + DONATION_EXTRA_BYTES
+
 
 @dataclass(slots=True)
 class Buffer:
@@ -169,7 +176,7 @@ def run_eval(
                 if b is None or pending[x] != 1 or arrays[x].py_held:
                     continue
                 buf = table[b]
-                if buf.refs == 1 and arr.nbytes <= buf.length_bytes <= arr.nbytes + 16384:
+                if buf.refs == 1 and donatable(buf.length_bytes, arr.nbytes):
                     donated = b
                     break
             if donated is not None:
