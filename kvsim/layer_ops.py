@@ -137,7 +137,8 @@ def read(
     """
     isz = step.k_itemsize_bytes
     if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
-        return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz)
+        return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz,
+                              packed=True)
     keys, values = fetched["K"], fetched["V"]
     if consumer == "sdpa":
         q_rows = max(step.rows, 1)
@@ -162,15 +163,20 @@ def read(
     return _sum_last_rows(g, [keys], [values], isz)
 
 
-def _sum_last_rows(g: StepGraph, keys: list[int], values: list[int], isz: int) -> int:
-    """``sum(k[:, :, -1, :])`` of each part, added left to right: K parts, then V parts."""
+def _sum_last_rows(g: StepGraph, keys: list[int], values: list[int], isz: int, packed: bool = False) -> int:
+    """``sum(k[:, :, -1, :])`` of each part, added left to right: K parts, then V parts.
 
-    def last_row_sum(arr: int) -> int:
+    ``packed``: the first part is a quantized cache's uint32 words; its sum is cast (``AsType``)
+    to the scales' dtype before the first add, as MLX's type promotion does."""
+
+    def last_row_sum(arr: int, out_bytes: int = isz) -> int:
         row = g.view("Squeeze", g.view("Slice", arr))
-        return g.view("Squeeze", g.op("Sum", [row], isz, work_bytes=isz))
+        return g.view("Squeeze", g.op("Sum", [row], out_bytes, work_bytes=out_bytes))
 
     def total(parts: list[int]) -> int:
-        acc = last_row_sum(parts[0])
+        acc = last_row_sum(parts[0], 4) if packed else last_row_sum(parts[0])
+        if packed:
+            acc = g.op("AsType", [acc], isz, work_bytes=isz)
         for p in parts[1:]:
             acc = g.op("Add", [acc, last_row_sum(p)], isz, donors=(0, 1))
         return acc
