@@ -206,16 +206,14 @@ class _LagCandidate:
 
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
     """GPU: when frees land relative to the host, from a grid over the device bandwidth, graph nodes
-    per kernel, completion lag and the host cost of system allocations. At each bandwidth (a device
-    property, shared by the three timings) the point is the grid value with the least peak loss. The
-    range takes a grid value with frees no later than the point's on every axis (as many or more graph
-    nodes per kernel, no more lag, costlier system allocations) and one with frees no earlier, plus a
-    ``range_min_width``: those that hold the most training runs inside
-    ``kvsim.peak_range.bound_range``, then the most with ``ROBUST_SHRINK`` room to spare at both
-    ends, then the widest ``range_min_width`` (the spread the training hosts showed is a lower bound
-    on a new host's), then the narrowest median range; then ``peak_point_weight``. The bandwidth
-    kept is the one whose predicted peaks have the least loss (as the point timing is chosen), then
-    whose range holds the most runs."""
+    per kernel, completion lag and the host cost of system allocations. Every grid value is tried as
+    the point timing (``_candidate``): around it, the range takes a grid value with frees no later
+    than the point's on every axis (as many or more graph nodes per kernel, no more lag, costlier
+    system allocations) and one with frees no earlier, plus a ``range_min_width``, and the weight
+    ``peak_point_weight`` of the point in the predicted peak. The bandwidth (a device property,
+    shared by the three timings) and point kept are those whose predicted peaks have the least loss,
+    then whose range holds the most runs: the predicted peak is what is checked, so it is judged
+    whole, not by the point timing's own peaks (``docs/validation.md``)."""
     grid = [(n, lag, rate) for n in NODES_GRID for lag in LAG_GRID_S for rate in MALLOC_GRID_BYTES_PER_S]
 
     def timed(bw: float, n: float, lag: float, rate: float) -> BackendProfile:
@@ -226,31 +224,9 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     for i, o in enumerate(observations):
         runs[i, : len(o.peaks_bytes)] = o.peaks_bytes
 
-    def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
-        return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
-
     def best_at(table: np.ndarray) -> _LagCandidate:
-        losses = [peak_loss(observations, peaks, GPU_MAX_WEIGHT) for peaks in table]
-        point = min(range(len(grid)), key=lambda g: (losses[g], g))
-        n_pt, lag_pt, rate_pt = grid[point]
-        cost_pt = _host_cost(rate_pt)
-        earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
-        later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
-        best: tuple[tuple[int, int, float, float], int, int, float] | None = None  # (key, lo, hi, min width)
-        for lo in earlier:
-            for hi in later:
-                for min_width in MIN_WIDTH_GRID:
-                    low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
-                                            profile.range_max_width, profile.range_low_share)
-                    key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
-                    if best is None or key < best[0]:
-                        best = (key, lo, hi, min_width)
-        assert best is not None
-        (neg_inside, neg_robust, _, median_width), lo, hi, min_width = best
-        point_loss = {w: peak_loss(observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT)
-                      for w in POINT_WEIGHT_GRID}
-        weight = min(POINT_WEIGHT_GRID, key=point_loss.__getitem__)
-        return _LagCandidate((point_loss[weight], neg_inside, neg_robust), point, lo, hi, min_width, weight, median_width)
+        return min((_candidate(observations, runs, table, grid, point, profile) for point in range(len(grid))),
+                   key=lambda c: (c.key, c.point))
 
     candidates = {}
     for bw in BANDWIDTH_GRID_BYTES_PER_S:
@@ -275,6 +251,38 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
         graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi, host_malloc_bytes_per_s_high=rate_hi,
     )
     return fitted, len(BANDWIDTH_GRID_BYTES_PER_S) * len(grid) * len(observations)
+
+
+def _candidate(observations: list[Observation], runs: np.ndarray, table: np.ndarray,
+               grid: list[tuple[float, float, float]], point: int, profile: BackendProfile) -> _LagCandidate:
+    """The range and weight around one point timing (``fit_lag``): the ends and minimum width whose
+    range (``kvsim.peak_range.bound_range``) holds the most training runs, then the most with
+    ``ROBUST_SHRINK`` room to spare at both ends, then the widest minimum width (the spread the
+    training hosts showed is a lower bound on a new host's), then the narrowest median range; then
+    the weight whose predicted peaks have the least loss."""
+
+    def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
+        return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
+
+    n_pt, lag_pt, rate_pt = grid[point]
+    cost_pt = _host_cost(rate_pt)
+    earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
+    later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
+    best: tuple[tuple[int, int, float, float], int, int, float] | None = None  # (key, lo, hi, min width)
+    for lo in earlier:
+        for hi in later:
+            for min_width in MIN_WIDTH_GRID:
+                low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
+                                        profile.range_max_width, profile.range_low_share)
+                key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
+                if best is None or key < best[0]:
+                    best = (key, lo, hi, min_width)
+    assert best is not None
+    (neg_inside, neg_robust, _, median_width), lo, hi, min_width = best
+    point_loss = {w: peak_loss(observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT)
+                  for w in POINT_WEIGHT_GRID}
+    weight = min(POINT_WEIGHT_GRID, key=point_loss.__getitem__)
+    return _LagCandidate((point_loss[weight], neg_inside, neg_robust), point, lo, hi, min_width, weight, median_width)
 
 
 def fit_barrier(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
