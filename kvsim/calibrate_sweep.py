@@ -196,8 +196,10 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout5": lambda: _holdout_dicts(HOLDOUT_SEED + 4, "holdout5-"),  # measured with the host probe
     "holdout6": lambda: _holdout_dicts(HOLDOUT_SEED + 5, "holdout6-"),  # measured after the bandwidth fit
     "holdout7": lambda: _holdout_dicts(HOLDOUT_SEED + 6, "holdout7-"),  # measured with the refit profile frozen
+    "holdout8": lambda: _holdout_dicts(HOLDOUT_SEED + 7, "holdout8-"),  # after the donation and AsType fixes
+    "holdout9": lambda: _holdout_dicts(HOLDOUT_SEED + 8, "holdout9-"),
 }
-ALL_VALIDATION = frozenset({"holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "holdout7"})
+ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9)})
 ALL_TRAIN = frozenset({"train2"})  # every scenario in the train split
 
 

@@ -168,7 +168,8 @@ def test_default_sweep_runs_on_cpu(tmp_path: Path) -> None:
 
 
 RANDOM_SWEEPS = {"holdout": "validation", "holdout2": "validation", "holdout3": "validation", "holdout4": "validation",
-                 "holdout5": "validation", "holdout6": "validation", "holdout7": "validation", "train2": "train"}
+                 "holdout5": "validation", "holdout6": "validation", "holdout7": "validation", "holdout8": "validation", "holdout9": "validation",
+                 "train2": "train"}
 
 
 @pytest.mark.parametrize("name", sorted(RANDOM_SWEEPS))
