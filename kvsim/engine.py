@@ -149,7 +149,9 @@ class Engine:
                     old[c.name] = g.leaf(st.buffer_rows * c.row_bytes, st.buffers[c.name], py_held=held_on)
                     leaf_buffers[old[c.name]] = st.buffers[c.name]
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
-            g.outputs.append(read(g, ls, fetched, consumer, st.held_rows + rows, self.profile.sdpa_kernels))
+            capacity = growth.capacity_rows if growth is not None else st.capacity_rows
+            returned_rows = min(st.held_rows + rows, capacity)  # a rotating cache returns at most its buffer
+            g.outputs.append(read(g, ls, fetched, consumer, returned_rows, self.profile.sdpa_kernels))
             if rows:
                 written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:

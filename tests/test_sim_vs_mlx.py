@@ -38,6 +38,8 @@ CASES = {
     "quantized": (uniform(12), {"name": "quantized", "bits": 4}, (600, 256, 300, 1), "last_row"),
     "ratio-per-layer": ({"layers": RATIO_LAYERS}, {"name": "step"}, (2048, 512, 300, 1), "last_row"),
     "sdpa": (uniform(4, 2, 64), {"name": "step"}, (600, 200, 100, 1), "sdpa"),
+    # chunks longer than the window: attention reads the window's last rows plus the chunk, not all rows
+    "rotating-sdpa": (uniform(2, 4, 64), {"name": "rotating", "max_size": 256}, (1795, 777, 40, 2), "sdpa"),
 }
 
 
