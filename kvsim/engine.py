@@ -15,7 +15,7 @@ import simpy
 from kvsim.allocator import Allocator
 from kvsim.eval_sim import Buffer, Buffers, EvalState, donatable, run_eval
 from kvsim.graph import StepGraph
-from kvsim.layer_ops import Component, LayerStep, fetch_held, read, update
+from kvsim.layer_ops import PACKED_ITEMSIZE_BYTES, Component, LayerStep, fetch_held, read, update
 from kvsim.patterns import step_patterns
 from kvsim.profile import BackendProfile
 from kvsim.result import MemoryEvent, TimelineRun
@@ -53,7 +53,7 @@ def components(layer: LayerSpec, policy: GrowthPolicy, batch: int) -> tuple[Comp
     isz = layer.itemsize_bytes
     if isinstance(policy, QuantizedPolicy):
         packed, scales, biases = policy.component_row_bytes(layer.kv_heads, layer.head_dim, isz)
-        parts = (("packed", packed, 4), ("scales", scales, isz), ("biases", biases, isz))
+        parts = (("packed", packed, PACKED_ITEMSIZE_BYTES), ("scales", scales, isz), ("biases", biases, isz))
         return tuple(Component(f"{kv}.{n}", b * batch, s) for kv in ("K", "V") for n, b, s in parts)
     return (Component("K", layer.row_bytes * batch, isz), Component("V", layer.row_bytes * batch, isz))
 
@@ -273,10 +273,10 @@ class Engine:
             for st in self.layers
         )
         key = (sig, self.scenario.consumer == "sdpa" and t)
-        if key in self.memo and not self._oversized():
+        oversized = self._oversized()
+        if key in self.memo and not oversized:
             delta, secs = self.memo[key]
             return delta, secs, cache
-        oversized = self._oversized()
         held_before = [st.held_rows for st in self.layers]
         self._advance_rows(t)
         out = self.step(t, 1)

@@ -13,6 +13,7 @@ from kvsim.graph import StepGraph
 from policies.growth import Growth, Mechanism
 
 QUANT_PARTS = ("packed", "scales", "biases")
+PACKED_ITEMSIZE_BYTES = 4  # a quantized cache's packed words are uint32
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +175,10 @@ def _sum_last_rows(g: StepGraph, keys: list[int], values: list[int], isz: int, p
         return g.view("Squeeze", g.op("Sum", [row], out_bytes, work_bytes=out_bytes))
 
     def total(parts: list[int]) -> int:
-        acc = last_row_sum(parts[0], 4) if packed else last_row_sum(parts[0])
         if packed:
-            acc = g.op("AsType", [acc], isz, work_bytes=isz)
+            acc = g.op("AsType", [last_row_sum(parts[0], PACKED_ITEMSIZE_BYTES)], isz, work_bytes=isz)
+        else:
+            acc = last_row_sum(parts[0])
         for p in parts[1:]:
             acc = g.op("Add", [acc, last_row_sum(p)], isz, donors=(0, 1))
         return acc
