@@ -3,7 +3,10 @@
 1. ``quantize``: active/peak around each op of one ``QuantizedKVCache`` prefill update.
 2. ``commit``: one growth-heavy scenario under several ``MLX_MAX_OPS_PER_BUFFER`` values (a
    subprocess each, 3 repeats), to check the simulator's command-buffer commit model.
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]``.
+3. ``matmul``: the peak of one ``q @ k.T`` and one ``probs @ v`` (the fallback attention's matmuls)
+   above their inputs and output, over key lengths, dtypes and head widths: the cuBLASLt workspace
+   MLX allocates and holds until the command buffer completes (``mlx/backend/cuda/utils.cpp``).
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul``.
 """
 
 from __future__ import annotations
@@ -73,8 +76,38 @@ def commit_probe(ops: str | None) -> None:
                       "step_peaks": [s.peak_bytes for s in m.steps if s.peak_bytes > 1.2 * s.active_bytes]}), flush=True)
 
 
+def matmul_probe() -> None:
+    import mlx.core as mx
+
+    dtypes = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+    for dtype in ("float32", "bfloat16"):
+        for heads, q_rows, head_dim in ((1, 300, 256), (8, 512, 128), (2, 777, 256), (8, 1, 256)):
+            for k_rows in (300, 600, 900, 1200, 1500, 1800, 2400, 3000, 3600):
+                q = mx.random.normal((1, heads, q_rows, head_dim)).astype(dtypes[dtype])
+                k = mx.random.normal((1, heads, k_rows, head_dim)).astype(dtypes[dtype])
+                mx.eval(q, k)
+                for name, (a, b) in (("qk", (q, k.swapaxes(-1, -2))), ("pv", (None, k))):
+                    if a is None:  # probs @ v: probs is (1, heads, q_rows, k_rows)
+                        a = mx.softmax(q @ k.swapaxes(-1, -2), axis=-1)
+                        mx.eval(a)
+                    mx.synchronize()
+                    mx.clear_cache()
+                    base = mx.get_active_memory()
+                    mx.reset_peak_memory()
+                    out = a @ b
+                    mx.eval(out)
+                    mx.synchronize()
+                    extra = mx.get_peak_memory() - base - out.nbytes
+                    print(json.dumps({"probe": "matmul", "op": name, "dtype": dtype, "heads": heads, "q_rows": q_rows,
+                                      "k_rows": k_rows, "head_dim": head_dim, "out_bytes": out.nbytes,
+                                      "peak_above_inputs_and_output": extra, "mlx": mx.__version__}), flush=True)
+                    del out
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "quantize":
         quantize_probe()
+    elif sys.argv[1] == "matmul":
+        matmul_probe()
     else:
         commit_probe(sys.argv[2] if len(sys.argv) > 2 else None)
