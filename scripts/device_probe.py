@@ -6,7 +6,11 @@
 3. ``matmul``: the peak of one ``q @ k.T`` and one ``probs @ v`` (the fallback attention's matmuls)
    above their inputs and output, over key lengths, dtypes and head widths: the cuBLASLt workspace
    MLX allocates and holds until the command buffer completes (``mlx/backend/cuda/utils.cpp``).
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul``.
+4. ``graphs``: calibration scenarios (by id, from the data files) with ``MLX_SAVE_CUDA_GRAPHS_DOT_FILE``
+   set, a subprocess each: every committed CUDA graph as a dot file, and which files each step
+   committed (``steps.json``), packed into ``$OUT/graphs.tar.xz``: the real commit boundaries
+   and graph nodes the simulator's commit model is checked against.
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|graphs ID...``.
 """
 
 from __future__ import annotations
@@ -104,10 +108,68 @@ def matmul_probe() -> None:
                     del out
 
 
+def graphs_probe(ids: list[str]) -> None:
+    import glob
+    import tarfile
+
+    out = os.environ.get("OUT", "/tmp")
+    root = os.path.join("/tmp", "graphs")
+    found = {}
+    for path in sorted(glob.glob("data/*/mlx-cuda-*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("kind") == "measurement" and rec["id"] in ids:
+                    found.setdefault(rec["id"], rec["scenario"])
+    for sid in ids:
+        d = os.path.join(root, sid)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "scenario.json"), "w") as f:
+            json.dump(found[sid], f)
+        r = subprocess.run([sys.executable, __file__, "graphs-child", d], check=False, capture_output=True, text=True,
+                           env={**os.environ, "MLX_SAVE_CUDA_GRAPHS_DOT_FILE": os.path.join(d, "g")}, timeout=300)
+        print(sid, r.returncode, len(os.listdir(d)), r.stderr[-300:], flush=True)
+    with tarfile.open(os.path.join(out, "graphs.tar.xz"), "w:xz") as tar:
+        tar.add(root, arcname="graphs")
+
+
+def graphs_child(d: str) -> None:
+    import kvsim.measure as measure
+    from kvsim.scenario import parse_scenario
+
+    marks: list[int] = []  # dot files written before the first step, then after each step
+
+    def dots() -> int:
+        return len([n for n in os.listdir(d) if n.endswith(".dot")])
+
+    class Marked:  # mlx.core, with a mark of the dot files written so far after each synchronize
+        def __init__(self, mx: object) -> None:
+            self._mx = mx
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._mx, name)
+
+        def synchronize(self) -> None:
+            self._mx.synchronize()
+            marks.append(dots())
+
+    inner = measure._measure_steps
+    measure._measure_steps = lambda mx, *args: (marks.append(dots()), inner(Marked(mx), *args))[1]
+    with open(os.path.join(d, "scenario.json")) as f:
+        m = measure.run_reference(parse_scenario(json.load(f)))
+    with open(os.path.join(d, "steps.json"), "w") as f:
+        json.dump({"marks": marks, "peaks": [s.peak_bytes for s in m.steps],
+                   "active": [s.active_bytes for s in m.steps]}, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "quantize":
         quantize_probe()
     elif sys.argv[1] == "matmul":
         matmul_probe()
+    elif sys.argv[1] == "graphs":
+        graphs_probe(sys.argv[2:])
+    elif sys.argv[1] == "graphs-child":
+        graphs_child(sys.argv[2])
     else:
         commit_probe(sys.argv[2] if len(sys.argv) > 2 else None)
