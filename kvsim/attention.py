@@ -16,6 +16,26 @@ allocates only its output. Rules per backend, from MLX 0.32's ``use_fallback``:
 from __future__ import annotations
 
 
+VECTOR_TWO_PASS_KEY_ROWS = 1024  # the CUDA vector kernel splits keys over 32 blocks past this
+VECTOR_TWO_PASS_BLOCKS = 32
+FLOAT32_BYTES = 4
+
+
+def cuda_vector_two_pass_temps_bytes(q_rows: int, k_rows: int, head_dim: int, batch_heads: int) -> tuple[int, ...]:
+    """Temporaries of MLX-CUDA's two-pass vector attention (``sdpa_vector_2pass_fallback``): float32
+    partial outputs, sums and maxima of 32 key blocks per query row; none for the one-pass kernel.
+    Call it where the vector kernel serves (``fused_attention`` true and not cuDNN)."""
+    if k_rows <= VECTOR_TWO_PASS_KEY_ROWS:
+        return ()
+    rows = batch_heads * q_rows * VECTOR_TWO_PASS_BLOCKS
+    return rows * head_dim * FLOAT32_BYTES, rows * FLOAT32_BYTES, rows * FLOAT32_BYTES
+
+
+def cuda_cudnn_attention(q_rows: int, k_rows: int, head_dim: int, itemsize_bytes: int) -> bool:
+    """Whether MLX-CUDA's cuDNN attention serves the call (it is tried before the vector kernel)."""
+    return itemsize_bytes == 2 and head_dim % 8 == 0 and head_dim <= 128 and q_rows <= k_rows and q_rows > 1
+
+
 def fused_attention(kernels: str, q_rows: int, k_rows: int, head_dim: int, itemsize_bytes: int) -> bool:
     """True where the backend's fused SDPA kernel serves this call.
 
@@ -27,9 +47,8 @@ def fused_attention(kernels: str, q_rows: int, k_rows: int, head_dim: int, items
         itemsize_bytes: 2 for float16/bfloat16, 4 for float32.
     """
     if kernels == "cuda":
-        cudnn = itemsize_bytes == 2 and head_dim % 8 == 0 and head_dim <= 128 and q_rows <= k_rows and q_rows > 1
         vector = q_rows < 4 and head_dim in (64, 96, 128)
-        return cudnn or vector
+        return cuda_cudnn_attention(q_rows, k_rows, head_dim, itemsize_bytes) or vector
     if kernels == "metal":
         vector = q_rows <= 8 and head_dim in (64, 96, 128, 256)
         full = head_dim in (64, 80, 128)

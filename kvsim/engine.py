@@ -151,7 +151,7 @@ class Engine:
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
             capacity = growth.capacity_rows if growth is not None else st.capacity_rows
             returned_rows = min(st.held_rows + rows, capacity)  # a rotating cache returns at most its buffer
-            g.outputs.append(read(g, ls, fetched, consumer, returned_rows, self.profile.sdpa_kernels))
+            g.outputs.append(read(g, ls, st.components, fetched, consumer, returned_rows, self.profile.sdpa_kernels))
             if rows:
                 written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:

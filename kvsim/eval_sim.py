@@ -78,6 +78,7 @@ class EvalState:
     device_free_s: float = 0.0
     frees: list[tuple[float, int, list[int]]] = field(default_factory=list)
     seq: itertools.count = field(default_factory=itertools.count)
+    commit_nodes: list[int] | None = None  # when a list: each GPU commit appends its graph's nodes
 
 
 def run_eval(
@@ -148,6 +149,8 @@ def run_eval(
             return
         end = max(device_free_t, t) + open_work_s
         device_free_t = end
+        if state.commit_nodes is not None:
+            state.commit_nodes.append(round(open_ops))
         done = end + profile.completion_lag_s
         task_ends.append(done)
         heapq.heappush(frees, (done, next(seq), open_held))
@@ -168,6 +171,8 @@ def run_eval(
             buf_of[a] = b = buf_of[arr.inputs[0]]
             table[b].refs += 1
         else:
+            if is_gpu and arr.gpu_temps_bytes:  # the kernels' own temporaries, freed with the command buffer
+                open_held.extend(new(n, host_t, refs=1) for n in arr.gpu_temps_bytes)
             for sib in arr.siblings:  # other outputs of a multi-output primitive
                 buf_of[sib] = new(arrays[sib].nbytes, host_t, arrays[sib].label, 1)
             for pos in arr.donors:

@@ -27,6 +27,10 @@ class Array:
         py_held: Python keeps a reference after the step (cache state, outputs).
         siblings: Other outputs of the same primitive (quantize).
         label: ``(layer, buffer name)`` for KV buffers, else ``None``.
+        extra_gpu_nodes: CUDA graph nodes beyond one per kernel dispatch the CPU makes (a
+            reduction's copy of a strided input, a large all-reduce's second pass).
+        gpu_temps_bytes: Buffers its CUDA kernels allocate for themselves (that copy, the
+            all-reduce's partial sums), held until the command buffer completes.
     """
 
     nbytes: int
@@ -40,6 +44,8 @@ class Array:
     label: tuple[int, str] | None = None
     eager: bool = False  # a scalar leaf allocated when Python builds the graph
     buffer_id: int = -1  # for a persistent leaf: the engine's buffer id
+    extra_gpu_nodes: int = 0
+    gpu_temps_bytes: tuple[int, ...] = ()
 
     @property
     def is_view(self) -> bool:
@@ -47,9 +53,9 @@ class Array:
 
     @property
     def gpu_nodes(self) -> int:
-        """CUDA graph nodes MLX counts: one per kernel; a concatenation's concurrent copies
-        add an empty join node (``CommandEncoder::ConcurrentContext``)."""
-        return self.kernels + (self.prim == "Concatenate")
+        """CUDA graph nodes MLX counts: one per kernel, plus ``extra_gpu_nodes``; a concatenation's
+        concurrent copies add an empty join node (``CommandEncoder::ConcurrentContext``)."""
+        return self.kernels + self.extra_gpu_nodes + (self.prim == "Concatenate")
 
 
 @dataclass(slots=True)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.attention import fused_attention
+from kvsim.attention import cuda_cudnn_attention, cuda_vector_two_pass_temps_bytes, fused_attention
 from kvsim.graph import StepGraph
 from policies.growth import Growth, Mechanism
 
 QUANT_PARTS = ("packed", "scales", "biases")
 PACKED_ITEMSIZE_BYTES = 4  # a quantized cache's packed words are uint32
+ALL_REDUCE_ACCUMULATOR_BYTES = 4  # MLX-CUDA's all_reduce partials: float for half types, 4-byte ints
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +129,8 @@ def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: 
 
 
 def read(
-    g: StepGraph, step: LayerStep, fetched: dict[str, int], consumer: str, held_rows_after: int,
-    sdpa_kernels: str = "fallback",
+    g: StepGraph, step: LayerStep, comps: tuple[Component, ...], fetched: dict[str, int], consumer: str,
+    held_rows_after: int, sdpa_kernels: str = "fallback",
 ) -> int:
     """Add the consumer's read of the returned K and V; return the output array id.
 
@@ -137,9 +138,13 @@ def read(
     MLX's fallback graph: scale, ``q @ k.T``, causal mask, softmax, ``@ v``.
     """
     isz = step.k_itemsize_bytes
+    capacity = step.growth.capacity_rows if step.growth is not None else step.capacity_rows
+    strided = step.batch_heads > 1 and capacity > 1  # k[:, :, -1, :] skips the other rows of each head
+    row_elements = {c.name.split(".")[-1]: c.row_bytes // c.itemsize_bytes for c in comps}
+    itemsizes = {c.name.split(".")[-1]: c.itemsize_bytes for c in comps}
     if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
         return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz,
-                              packed=True)
+                              [(row_elements[p], itemsizes[p]) for p in QUANT_PARTS], strided, packed=True)
     keys, values = fetched["K"], fetched["V"]
     if consumer == "sdpa":
         q_rows = max(step.rows, 1)
@@ -148,7 +153,10 @@ def read(
         if fused_attention(sdpa_kernels, q_rows, held_rows_after, head_dim, isz):
             out = g.op("ScaledDotProductAttention", [q, keys, values], q_rows * step.q_row_bytes,
                        work_bytes=g.arrays[keys].nbytes + g.arrays[values].nbytes)
-            return g.view("Squeeze", g.op("Sum", [out], isz, work_bytes=q_rows * step.q_row_bytes))
+            if sdpa_kernels == "cuda" and not cuda_cudnn_attention(q_rows, held_rows_after, head_dim, isz):
+                temps = cuda_vector_two_pass_temps_bytes(q_rows, held_rows_after, head_dim, step.batch_heads)
+                g.arrays[out].gpu_temps_bytes, g.arrays[out].extra_gpu_nodes = temps, bool(temps)
+            return g.view("Squeeze", _sum(g, out, isz, q_rows * step.q_row_bytes, q_rows * step.q_row_bytes // isz, isz))
         q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
         scores_bytes = step.batch_heads * q_rows * held_rows_after * isz
         scores = g.op("Matmul", [q, g.view("Transpose", keys)], scores_bytes, work_bytes=scores_bytes + g.arrays[keys].nbytes)
@@ -160,27 +168,57 @@ def read(
             scores = g.op("Select", [mask, scores, ninf], scores_bytes, donors=(1,))
         probs = g.op("Softmax", [scores], scores_bytes, work_bytes=2 * scores_bytes, donors=(0,))
         out = g.op("Matmul", [probs, values], q_rows * step.q_row_bytes, work_bytes=scores_bytes + g.arrays[values].nbytes)
-        return g.view("Squeeze", g.op("Sum", [out], isz, work_bytes=q_rows * step.q_row_bytes))
-    return _sum_last_rows(g, [keys], [values], isz)
+        return g.view("Squeeze", _sum(g, out, isz, q_rows * step.q_row_bytes, q_rows * step.q_row_bytes // isz, isz))
+    return _sum_last_rows(g, [keys], [values], isz, [(row_elements["K"], isz)], strided)
 
 
-def _sum_last_rows(g: StepGraph, keys: list[int], values: list[int], isz: int, packed: bool = False) -> int:
+def all_reduce_blocks(elements: int) -> int:
+    """Blocks of MLX-CUDA's first ``all_reduce`` pass (``reduce/all_reduce.cu``, ``get_args``): one
+    while 512 threads x 8 reads need under 32 steps; more blocks write partials a second pass sums."""
+    threads = min(512, -(-elements // 8))
+    threads = -(-threads // 32) * 32
+    steps = -(-elements // (threads * 8))
+    for limit, blocks in ((32, 1), (128, 32), (512, 128), (1024, 512)):
+        if steps < limit:
+            return blocks
+    return 1024
+
+
+def _sum(g: StepGraph, src: int, out_bytes: int, work_bytes: int, elements: int, itemsize_bytes: int,
+         strided: bool = False) -> int:
+    """``src.sum()``: one Reduce. MLX-CUDA first copies a strided input into a contiguous temporary,
+    and an all-reduce of many elements writes per-block partials to a temporary that a second
+    kernel sums (``mlx/backend/cuda/reduce.cu``)."""
+    out = g.op("Sum", [src], out_bytes, work_bytes=work_bytes)
+    blocks = all_reduce_blocks(elements)
+    temps = ((elements * itemsize_bytes,) if strided else ()) + ((blocks * ALL_REDUCE_ACCUMULATOR_BYTES,) if blocks > 1 else ())
+    g.arrays[out].extra_gpu_nodes = len(temps)
+    g.arrays[out].gpu_temps_bytes = temps
+    return out
+
+
+def _sum_last_rows(
+    g: StepGraph, keys: list[int], values: list[int], isz: int, rows: list[tuple[int, int]], strided: bool,
+    packed: bool = False,
+) -> int:
     """``sum(k[:, :, -1, :])`` of each part, added left to right: K parts, then V parts.
 
-    ``packed``: the first part is a quantized cache's uint32 words; its sum is cast (``AsType``)
-    to the scales' dtype before the first add, as MLX's type promotion does."""
+    ``rows``: (elements of one row, batch included; itemsize) of each part; ``strided``: a row is
+    not contiguous (several batch rows or heads). ``packed``: the first part is a quantized cache's
+    uint32 words; its sum is cast (``AsType``) to the scales' dtype before the first add, as MLX's
+    type promotion does."""
 
-    def last_row_sum(arr: int, out_bytes: int = isz) -> int:
-        row = g.view("Squeeze", g.view("Slice", arr))
-        return g.view("Squeeze", g.op("Sum", [row], out_bytes, work_bytes=out_bytes))
+    def last_row_sum(arr: int, row: tuple[int, int], out_bytes: int = isz) -> int:
+        sliced = g.view("Squeeze", g.view("Slice", arr))
+        return g.view("Squeeze", _sum(g, sliced, out_bytes, out_bytes, *row, strided))
 
     def total(parts: list[int]) -> int:
         if packed:
-            acc = g.op("AsType", [last_row_sum(parts[0], PACKED_ITEMSIZE_BYTES)], isz, work_bytes=isz)
+            acc = g.op("AsType", [last_row_sum(parts[0], rows[0], PACKED_ITEMSIZE_BYTES)], isz, work_bytes=isz)
         else:
-            acc = last_row_sum(parts[0])
-        for p in parts[1:]:
-            acc = g.op("Add", [acc, last_row_sum(p)], isz, donors=(0, 1))
+            acc = last_row_sum(parts[0], rows[0])
+        for p, row in zip(parts[1:], rows[1:]):
+            acc = g.op("Add", [acc, last_row_sum(p, row)], isz, donors=(0, 1))
         return acc
 
     return g.op("Add", [total(keys), total(values)], isz, donors=(0, 1))

@@ -8,15 +8,18 @@
    MLX allocates and holds until the command buffer completes (``mlx/backend/cuda/utils.cpp``).
 4. ``graphs``: calibration scenarios (by id, from the data files) with ``MLX_SAVE_CUDA_GRAPHS_DOT_FILE``
    set, a subprocess each: every committed CUDA graph as a dot file, and which files each step
-   committed (``steps.json``), packed into ``$OUT/graphs.tar.xz``: the real commit boundaries
-   and graph nodes the simulator's commit model is checked against.
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|graphs ID...``.
+   committed (``steps.json``), packed into ``$OUT/graphs.tar.xz``; ``graphs-summary DIR`` turns
+   them into one JSON line per scenario: the nodes of each graph each step committed, the
+   commit boundaries the simulator's command-buffer model is checked against
+   (``tests/test_cuda_graphs.py``).
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|graphs ID...|graphs-summary DIR``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -162,6 +165,31 @@ def graphs_child(d: str) -> None:
                    "active": [s.active_bytes for s in m.steps]}, f)
 
 
+def dot_node_count(text: str) -> int:
+    """Nodes of one committed CUDA graph as MLX counts them: a child graph (a cuBLAS matmul) is one."""
+    top = re.search(r'label="(graph_\d+)"', text)
+    return len(re.findall(rf'"{top.group(1)}_node_\d+"\[', text)) if top else 0
+
+
+def graphs_summary(root: str) -> None:
+    """One JSON line per probed scenario: the node count of every graph each step committed."""
+    for sid in sorted(os.listdir(root)):
+        d = os.path.join(root, sid)
+        if not os.path.exists(os.path.join(d, "steps.json")):
+            continue
+        with open(os.path.join(d, "steps.json")) as f:
+            marks = json.load(f)["marks"]
+        with open(os.path.join(d, "scenario.json")) as f:
+            scenario = json.load(f)
+        counts = []
+        for i in range(1, marks[-1] + 1):
+            with open(os.path.join(d, f"g_{i}.dot")) as f:
+                counts.append(dot_node_count(f.read()))
+        steps = [counts[a:b] for a, b in zip(marks, marks[1:])]
+        print(json.dumps({"probe": "graphs", "id": sid, "mlx": "0.32.4", "device": "NVIDIA H200",
+                          "scenario": scenario, "step_graph_nodes": steps}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "quantize":
         quantize_probe()
@@ -171,5 +199,7 @@ if __name__ == "__main__":
         graphs_probe(sys.argv[2:])
     elif sys.argv[1] == "graphs-child":
         graphs_child(sys.argv[2])
+    elif sys.argv[1] == "graphs-summary":
+        graphs_summary(sys.argv[2])
     else:
         commit_probe(sys.argv[2] if len(sys.argv) > 2 else None)
