@@ -128,14 +128,15 @@ def test_gpu_range_covers_spread_runs() -> None:
     from kvsim.engine import simulate_timeline
 
     cuda = DEFAULTS["mlx-cuda"]
-    obj = {"id": "lag", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"}, "consumer": "sdpa",
-           "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60}}
+    obj = {"id": "lag", "model": {"n_layers": 12, "kv_heads": 8, "head_dim": 128, "dtype": "float16"},
+           "consumer": "last_row", "policy": {"name": "step"},
+           "workload": {"prompt_tokens": 1200, "prefill_chunk": 512, "decode_tokens": 60}}
     probe = Observation(parse_scenario(obj, "mlx-cuda"), "train", (1,), (1,), None, ())
 
-    def peak_at(profile: BackendProfile, nodes: float, lag_s: float) -> int:
-        return point_peaks([probe], replace(profile, graph_nodes_per_kernel=nodes, completion_lag_s=lag_s))[0]
+    def peak_at(profile: BackendProfile, malloc_bytes_per_s: float, lag_s: float) -> int:
+        return point_peaks([probe], replace(profile, host_malloc_bytes_per_s=malloc_bytes_per_s, completion_lag_s=lag_s))[0]
 
-    fast, slow = peak_at(cuda, 4.0, 0.0), peak_at(cuda, 1.0, 1e-4)  # more nodes: earlier commits
+    fast, slow = peak_at(cuda, 5e9, 0.0), peak_at(cuda, 0.0, 1e-3)  # slow system allocations, no lag: earlier frees
     assert fast < slow  # when frees land matters for this scenario
     obs = replace(probe, peaks_bytes=(fast, slow, slow), finals_bytes=(0, 0, 0))
     profile, sweeps = fit_lag([obs], cuda, lambda _: None)
