@@ -140,11 +140,10 @@ def read(
     isz = step.k_itemsize_bytes
     capacity = step.growth.capacity_rows if step.growth is not None else step.capacity_rows
     strided = step.batch_heads > 1 and capacity > 1  # k[:, :, -1, :] skips the other rows of each head
-    row_elements = {c.name.split(".")[-1]: c.row_bytes // c.itemsize_bytes for c in comps}
-    itemsizes = {c.name.split(".")[-1]: c.itemsize_bytes for c in comps}
+    rows = {c.name.split(".")[-1]: (c.row_bytes // c.itemsize_bytes, c.itemsize_bytes) for c in comps}  # elements, itemsize
     if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
         return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz,
-                              [(row_elements[p], itemsizes[p]) for p in QUANT_PARTS], strided, packed=True)
+                              [rows[p] for p in QUANT_PARTS], strided, packed=True)
     keys, values = fetched["K"], fetched["V"]
     if consumer == "sdpa":
         q_rows = max(step.rows, 1)
@@ -169,7 +168,7 @@ def read(
         probs = g.op("Softmax", [scores], scores_bytes, work_bytes=2 * scores_bytes, donors=(0,))
         out = g.op("Matmul", [probs, values], q_rows * step.q_row_bytes, work_bytes=scores_bytes + g.arrays[values].nbytes)
         return g.view("Squeeze", _sum(g, out, isz, q_rows * step.q_row_bytes, q_rows * step.q_row_bytes // isz, isz))
-    return _sum_last_rows(g, [keys], [values], isz, [(row_elements["K"], isz)], strided)
+    return _sum_last_rows(g, [keys], [values], isz, [rows["K"]], strided)
 
 
 def all_reduce_blocks(elements: int) -> int:

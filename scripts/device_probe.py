@@ -161,8 +161,8 @@ def graphs_child(d: str) -> None:
     with open(os.path.join(d, "scenario.json")) as f:
         m = measure.run_reference(parse_scenario(json.load(f)))
     with open(os.path.join(d, "steps.json"), "w") as f:
-        json.dump({"marks": marks, "peaks": [s.peak_bytes for s in m.steps],
-                   "active": [s.active_bytes for s in m.steps]}, f)
+        json.dump({"marks": marks, "peaks": [s.peak_bytes for s in m.steps], "active": [s.active_bytes for s in m.steps],
+                   "mlx": m.mlx_version, "device": measure.device_info()["device"].get("device_name", "")}, f)
 
 
 def dot_node_count(text: str) -> int:
@@ -178,7 +178,8 @@ def graphs_summary(root: str) -> None:
         if not os.path.exists(os.path.join(d, "steps.json")):
             continue
         with open(os.path.join(d, "steps.json")) as f:
-            marks = json.load(f)["marks"]
+            meta = json.load(f)
+        marks = meta["marks"]
         with open(os.path.join(d, "scenario.json")) as f:
             scenario = json.load(f)
         counts = []
@@ -186,7 +187,7 @@ def graphs_summary(root: str) -> None:
             with open(os.path.join(d, f"g_{i}.dot")) as f:
                 counts.append(dot_node_count(f.read()))
         steps = [counts[a:b] for a, b in zip(marks, marks[1:])]
-        print(json.dumps({"probe": "graphs", "id": sid, "mlx": "0.32.4", "device": "NVIDIA H200",
+        print(json.dumps({"probe": "graphs", "id": sid, "mlx": meta["mlx"], "device": meta["device"],
                           "scenario": scenario, "step_graph_nodes": steps}))
 
 
