@@ -7,8 +7,8 @@ of them are multiplied by one factor. The fit uses that split:
 1. **Shape** (CPU): the ratios of host, kernel, dispatch and byte times, Nelder-Mead in log-space
    from the current profile (plus a few random starts), minimising mean |peak error| + 0.1 max
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
-2. **Free timing** (GPU): the point on a grid (device bandwidth, graph nodes per kernel, completion
-   lag, host cost of system allocations) minimising |error| vs the runs' mean peak, then the earliest / latest
+2. **Free timing** (GPU): the point on a grid (device bandwidth, completion lag, host cost of
+   system allocations; graph nodes per kernel is an axis of one value, 1) minimising |error| vs the runs' mean peak, then the earliest / latest
    timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``); then the host time between
    a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
    the time model.
@@ -209,7 +209,7 @@ class _LagCandidate:
 
 def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
     """GPU: when frees land relative to the host, from a grid over the device bandwidth, graph nodes
-    per kernel, completion lag and the host cost of system allocations. Every grid value is tried as
+    per kernel (``NODES_GRID``: 1 only), completion lag and the host cost of system allocations. Every grid value is tried as
     the point timing (``_candidate``): around it, the range takes a grid value with frees no later
     than the point's on every axis (as many or more graph nodes per kernel, no more lag, costlier
     system allocations) and one with frees no earlier, plus a ``range_min_width``, and the weight

@@ -154,7 +154,8 @@ def read(
                        work_bytes=g.arrays[keys].nbytes + g.arrays[values].nbytes)
             if sdpa_kernels == "cuda" and not cuda_cudnn_attention(q_rows, held_rows_after, head_dim, isz):
                 temps = cuda_vector_two_pass_temps_bytes(q_rows, held_rows_after, head_dim, step.batch_heads)
-                g.arrays[out].gpu_temps_bytes, g.arrays[out].extra_gpu_nodes = temps, bool(temps)
+                g.arrays[out].gpu_temps_bytes = temps
+                g.arrays[out].extra_gpu_nodes = 1 if temps else 0  # the second pass
             return g.view("Squeeze", _sum(g, out, isz, q_rows * step.q_row_bytes, q_rows * step.q_row_bytes // isz, isz))
         q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
         scores_bytes = step.batch_heads * q_rows * held_rows_after * isz
