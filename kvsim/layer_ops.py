@@ -73,7 +73,7 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
         for c in comps:
             parts = [g.view("Slice", old[c.name]), g.view("Slice", old[c.name])]
             total = gr.capacity_rows * c.row_bytes
-            base[c.name] = g.op("Concatenate", parts, total, kernels=2, work_bytes=2 * total)
+            base[c.name] = g.op("Concatenate", parts, total, kernels=1 + (gr.head_rows > 0), work_bytes=2 * total)
     elif gr.mechanism is Mechanism.CONCAT and not gr.fills_zeros:  # RotatingKVCache prefill: [kept, new]
         out = {}
         for c in comps:
@@ -81,8 +81,9 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
                 parts = [g.view("Slice", old[c.name]), g.view("Slice", old[c.name]), new[c.name]]
             else:
                 parts = [old[c.name], new[c.name]]
+            copies = len(parts) - (len(parts) == 3 and gr.head_rows == 0)  # MLX copies no empty part
             total = gr.capacity_rows * c.row_bytes
-            out[c.name] = g.op("Concatenate", parts, total, kernels=len(parts), work_bytes=2 * total)
+            out[c.name] = g.op("Concatenate", parts, total, kernels=copies, work_bytes=2 * total)
             g.arrays[out[c.name]].py_held = True
             g.arrays[out[c.name]].label = (step.index, c.name)
         return out

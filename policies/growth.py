@@ -34,12 +34,15 @@ class Growth:
             realloc's copied prefix, or the untouched blocks of an in-place growth).
         fills_zeros: Whether the extension is a zeros array (False when the new rows
             themselves are concatenated, as ``RotatingKVCache`` does in prefill).
+        head_rows: Rows of a rotating trim's head (``keep``): the first part it concatenates,
+            no copy at all when empty.
     """
 
     capacity_rows: int
     mechanism: Mechanism
     kept_rows: int = 0
     fills_zeros: bool = True
+    head_rows: int = 0
 
     @property
     def extension_rows(self) -> int:
@@ -179,7 +182,7 @@ class RotatingPolicy:
             if capacity_rows == 0:
                 return Growth(add_rows, Mechanism.FRESH, fills_zeros=False)
             kept = min(held_rows, self.max_size_rows - 1)
-            return Growth(kept + add_rows, Mechanism.CONCAT, kept_rows=kept, fills_zeros=False)
+            return Growth(kept + add_rows, Mechanism.CONCAT, kept_rows=kept, fills_zeros=False, head_rows=self.keep_rows)
         if capacity_rows >= self.max_size_rows or _fits(capacity_rows, held_rows, add_rows):
             return None
         extension = min(self.step_rows, self.max_size_rows - held_rows)
@@ -191,7 +194,8 @@ class RotatingPolicy:
         """A single-row update on a buffer a prefill left longer than the window first cuts it
         back to ``max_size`` rows (``concatenate([first keep rows, last rows])``)."""
         if add_rows == 1 and capacity_rows > self.max_size_rows:
-            return Growth(self.max_size_rows, Mechanism.TRIM, kept_rows=self.max_size_rows, fills_zeros=False)
+            return Growth(self.max_size_rows, Mechanism.TRIM, kept_rows=self.max_size_rows, fills_zeros=False,
+                          head_rows=self.keep_rows)
         return None
 
 
