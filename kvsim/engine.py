@@ -21,6 +21,7 @@ from kvsim.profile import BackendProfile
 from kvsim.result import MemoryEvent, TimelineRun
 from kvsim.scenario import Scenario
 from kvsim.spec import LayerSpec
+from kvsim.workspace import load_workspace_table
 from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, QuantizedPolicy, RotatingPolicy
 
 
@@ -69,6 +70,11 @@ class Engine:
         self.record_events = record_events
         self.buffers = Buffers(self.alloc, self._on_event if record_events else None)
         self.eval_state = EvalState()
+        reads_matmuls = scenario.consumer == "sdpa" and profile.matmul_workspace  # only the fallback attention
+        self.workspace = load_workspace_table(profile.matmul_workspace) if reads_matmuls else None
+        if self.workspace is not None and self.workspace.mlx_version != profile.mlx_version:
+            raise ValueError(f"matmul_workspace: probes measured MLX {self.workspace.mlx_version}, "
+                             f"the {profile.name} profile MLX {profile.mlx_version}")
         w = scenario.workload
         self.layers = [
             LayerState(lay, pol := scenario.layer_policy(lay), components(lay, pol, w.batch)) for lay in scenario.model.layers
@@ -140,6 +146,7 @@ class Engine:
                 k_itemsize_bytes=lay.itemsize_bytes,
                 q_row_bytes=lay.row_bytes * w.batch,
                 batch_heads=lay.kv_heads * w.batch,
+                dtype=lay.dtype,
             )
             in_place = growth is not None and growth.mechanism is Mechanism.IN_PLACE
             old: dict[str, int] = {}
@@ -151,7 +158,8 @@ class Engine:
             fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
             capacity = growth.capacity_rows if growth is not None else st.capacity_rows
             returned_rows = min(st.held_rows + rows, capacity)  # a rotating cache returns at most its buffer
-            g.outputs.append(read(g, ls, st.components, fetched, consumer, returned_rows, self.profile.sdpa_kernels))
+            g.outputs.append(read(g, ls, st.components, fetched, consumer, returned_rows, self.profile.sdpa_kernels,
+                                  self.workspace))
             if rows:
                 written.append((i, st, growth, rows))
                 if growth is not None and growth.mechanism is not Mechanism.FRESH:

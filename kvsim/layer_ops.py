@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from kvsim.attention import cuda_cudnn_attention, cuda_vector_two_pass_temps_bytes, fused_attention
 from kvsim.graph import StepGraph
+from kvsim.workspace import WorkspaceTable
 from policies.growth import Growth, Mechanism
 
 QUANT_PARTS = ("packed", "scales", "biases")
@@ -40,6 +41,7 @@ class LayerStep:
     k_itemsize_bytes: int
     q_row_bytes: int  # bytes of one K row (batch included): new K/V and q rows
     batch_heads: int  # batch × KV heads (rows of the attention scores per query row)
+    dtype: str = "float16"
 
 
 def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dict[str, int]) -> dict[str, int]:
@@ -131,12 +133,13 @@ def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: 
 
 def read(
     g: StepGraph, step: LayerStep, comps: tuple[Component, ...], fetched: dict[str, int], consumer: str,
-    held_rows_after: int, sdpa_kernels: str = "fallback",
+    held_rows_after: int, sdpa_kernels: str = "fallback", workspace: WorkspaceTable | None = None,
 ) -> int:
     """Add the consumer's read of the returned K and V; return the output array id.
 
     ``sdpa`` is one fused op where the backend has a kernel for it (``kvsim.attention``), else
-    MLX's fallback graph: scale, ``q @ k.T``, causal mask, softmax, ``@ v``.
+    MLX's fallback graph: scale, ``q @ k.T``, causal mask, softmax, ``@ v``; each matmul holds
+    the cuBLASLt workspace ``workspace`` measured for its shape until its command buffer completes.
     """
     isz = step.k_itemsize_bytes
     capacity = step.growth.capacity_rows if step.growth is not None else step.capacity_rows
@@ -161,6 +164,7 @@ def read(
         q = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), q], q_rows * step.q_row_bytes, donors=(1,))
         scores_bytes = step.batch_heads * q_rows * held_rows_after * isz
         scores = g.op("Matmul", [q, g.view("Transpose", keys)], scores_bytes, work_bytes=scores_bytes + g.arrays[keys].nbytes)
+        _hold_workspace(g, scores, workspace, "qk", step, q_rows, held_rows_after, head_dim)
         if step.rows > 1:
             rows_ids = g.view("Broadcast", g.view("ExpandDims", g.op("Arange", [], q_rows * 4)))
             cols_ids = g.view("Broadcast", g.view("ExpandDims", g.op("Arange", [], held_rows_after * 4)))
@@ -169,8 +173,17 @@ def read(
             scores = g.op("Select", [mask, scores, ninf], scores_bytes, donors=(1,))
         probs = g.op("Softmax", [scores], scores_bytes, work_bytes=2 * scores_bytes, donors=(0,))
         out = g.op("Matmul", [probs, values], q_rows * step.q_row_bytes, work_bytes=scores_bytes + g.arrays[values].nbytes)
+        _hold_workspace(g, out, workspace, "pv", step, q_rows, held_rows_after, head_dim)
         return g.view("Squeeze", _sum(g, out, isz, q_rows * step.q_row_bytes, q_rows * step.q_row_bytes // isz, isz))
     return _sum_last_rows(g, [keys], [values], isz, [rows["K"]], strided)
+
+
+def _hold_workspace(g: StepGraph, matmul: int, workspace: WorkspaceTable | None, op: str, step: LayerStep,
+                    q_rows: int, k_rows: int, head_dim: int) -> None:
+    """Give a fallback attention matmul the cuBLASLt workspace measured for its shape."""
+    if workspace is not None:
+        nbytes = workspace.bytes_for(op, step.dtype, step.batch_heads, head_dim, q_rows, k_rows)
+        g.arrays[matmul].gpu_temps_bytes = (nbytes,) if nbytes else ()
 
 
 def all_reduce_blocks(elements: int) -> int:

@@ -27,7 +27,9 @@ class BackendProfile:
     ``cache_limit_bytes`` the buffer-cache limit; ``gc_limit_bytes`` where a GPU malloc miss
     evicts the cache.
 
-    ``sdpa_kernels`` names the fused attention kernels the backend has (``kvsim.attention``).
+    ``sdpa_kernels`` names the fused attention kernels the backend has (``kvsim.attention``);
+    ``matmul_workspace`` is a glob under ``data/`` of the probe files that measured the backend's
+    matmul workspaces (``kvsim.workspace``; empty: none).
 
     Scheduling: CPU ops are dispatched to a worker thread in tasks of
     ``dispatches_per_task``; GPU ops are committed in command buffers of at most
@@ -81,6 +83,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
+    matmul_workspace: str = ""
     host_node_s: float = 2.0e-6
     host_kernel_s: float = 1.0e-6
     host_malloc_bytes_per_s: float = 0.0
@@ -150,6 +153,7 @@ DEFAULTS: dict[str, BackendProfile] = {
         commit_ops=100,
         commit_elements=1000 << 20,
         sdpa_kernels="cuda",
+        matmul_workspace="probes/mlx-cuda-0.32.4-*-workspace*-probe.jsonl.xz",
         host_node_s=4.0e-6,
         host_kernel_s=4.0e-6,
         device_dispatch_s=3.0e-6,

@@ -12,12 +12,17 @@
    them into one JSON line per scenario: the nodes of each graph each step committed, the
    commit boundaries the simulator's command-buffer model is checked against
    (``tests/test_cuda_graphs.py``).
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|graphs ID...|graphs-summary DIR``.
+5. ``workspace[-align|-random] [SECONDS]``: the same measurement over a grid of shapes, within a time budget:
+   ``probs @ v`` (single-head first, then batched), ``q @ k.T``, and ``mx.fast.scaled_dot_product_attention``
+   where cuDNN or the vector kernel serves it; the workspace a library call takes, and how it scales
+   (``-align``: key rows that are not a multiple of 8; ``-random``: single-head shapes drawn at random).
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|workspace[-align|-random] [S]|graphs ID...|graphs-summary DIR``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -111,6 +116,100 @@ def matmul_probe() -> None:
                     del out
 
 
+WORKSPACE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+WORKSPACE_KEYS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+WORKSPACE_MAX_ELEMENTS = 1 << 29
+
+
+def _workspace_once(mx: object, op: str, dtype: str, bh: int, q_rows: int, k_rows: int, head_dim: int) -> None:
+    """One op's peak above its inputs (``pv``, ``qk`` or ``sdpa``), as a JSON line."""
+    dt = getattr(mx, dtype)
+    if op == "pv":
+        a, b = mx.ones((1, bh, q_rows, k_rows), dt), mx.ones((1, bh, k_rows, head_dim), dt)
+        inputs: tuple = (a, b)
+    else:
+        inputs = (mx.ones((1, bh, q_rows, head_dim), dt), mx.ones((1, bh, k_rows, head_dim), dt),
+                  mx.ones((1, bh, k_rows, head_dim), dt))
+    mx.eval(*inputs)
+    mx.synchronize()
+    base = mx.get_active_memory()
+    mx.reset_peak_memory()
+    if op == "pv":
+        out = inputs[0] @ inputs[1]
+    elif op == "qk":
+        out = inputs[0] @ inputs[1].swapaxes(-1, -2)
+    else:
+        out = mx.fast.scaled_dot_product_attention(*inputs, scale=1.0, mask="causal" if q_rows > 1 else None)
+    mx.eval(out)
+    mx.synchronize()
+    print(json.dumps({"probe": "workspace", "op": op, "dtype": dtype, "batch_heads": bh, "q_rows": q_rows,
+                      "k_rows": k_rows, "head_dim": head_dim, "out_bytes": out.nbytes,
+                      "peak_above_inputs": mx.get_peak_memory() - base, "mlx": mx.__version__}), flush=True)
+
+
+def _offsets(bases: tuple[int, ...]) -> tuple[int, ...]:
+    """Each base and three misaligned neighbours (+1, +2, +4 rows: 2-, 4- and 8-byte row pitches in half types)."""
+    return tuple(b + d for b in bases for d in (0, 1, 2, 4))
+
+
+WORKSPACE_GRIDS = {  # op, dtypes, batch x heads, head dims, query rows, key rows
+    "workspace": [
+        ("pv", ("float32", "float16", "bfloat16"), (1,), (64, 128, 256, 512, 80), WORKSPACE_ROWS, WORKSPACE_KEYS),
+        ("sdpa", ("bfloat16", "float16"), (1, 8, 32), (64, 128), (1, 2, 4, 32, 200, 512), (64, 512, 1024, 1025, 4096)),
+        ("pv", ("float32", "bfloat16"), (2, 8, 32), (64, 128, 256), WORKSPACE_ROWS[::2], WORKSPACE_KEYS[::2]),
+        ("qk", ("float32", "bfloat16"), (1, 8), (64, 256), WORKSPACE_ROWS[::3], WORKSPACE_KEYS[::3]),
+    ],
+    # key rows off a multiple of 8: cuBLASLt picks other kernels for rows not 16-byte aligned
+    "workspace-align": [
+        ("pv", ("float16", "float32", "bfloat16"), (1,), (512, 256, 128, 64),
+         (1, 2, 4, 8, 16, 32, 35, 64, 128, 140, 256, 300, 512, 777, 1024),
+         _offsets((16, 64, 256, 512, 1024, 1536, 2048, 3072, 4096, 8192, 16384))),
+        ("qk", ("float16", "float32"), (1,), (512, 256, 64), (4, 16, 35, 140, 300, 777),
+         _offsets((16, 64, 256, 1024, 2048, 4096, 8192))),
+        ("pv", ("float32", "float16"), (2, 8), (128, 256), (4, 35, 140, 300, 777), _offsets((64, 512, 2048, 8192))),
+    ],
+}
+
+
+def _random_shapes(seed: int, count: int) -> list[tuple[str, str, int, int, int, int]]:
+    """Single-head matmul shapes drawn log-uniformly: 1-2,048 query rows, 16-32,768 key rows."""
+    import random
+
+    rng = random.Random(seed)
+    shapes = []
+    for _ in range(count):
+        op = "pv" if rng.random() < 0.75 else "qk"
+        q_rows = max(1 if op == "pv" else 2, round(math.exp(rng.uniform(0, math.log(2048)))))
+        k_rows = round(math.exp(rng.uniform(math.log(16), math.log(32768))))
+        shapes.append((op, rng.choice(("float16", "bfloat16", "float32")), 1, q_rows, k_rows,
+                       rng.choice((64, 128, 256, 512))))
+    return shapes
+
+
+def workspace_probe(grid: str, seconds: float) -> None:
+    """Peak of one op above its inputs, over a grid of attention shapes (``workspace-random``:
+    40,000 drawn ones), until ``seconds`` run out."""
+    import itertools
+    import time
+
+    import mlx.core as mx
+
+    deadline = time.monotonic() + seconds
+    mx.set_cache_limit(0)
+    if grid == "workspace-random":
+        shapes = _random_shapes(20261129, 40_000)
+    else:
+        shapes = [(op, dtype, bh, q, k, hd) for op, dts, bhs, dims, rows, keys in WORKSPACE_GRIDS[grid]
+                  for dtype, bh, hd, q, k in itertools.product(dts, bhs, dims, rows, keys)]
+    for op, dtype, bh, q_rows, k_rows, head_dim in shapes:
+        if bh * q_rows * max(k_rows, head_dim) > WORKSPACE_MAX_ELEMENTS:
+            continue
+        if time.monotonic() > deadline:
+            print(json.dumps({"probe": "workspace", "stopped": op, "reason": "time"}), flush=True)
+            return
+        _workspace_once(mx, op, dtype, bh, q_rows, k_rows, head_dim)
+
+
 def graphs_probe(ids: list[str]) -> None:
     import glob
     import tarfile
@@ -196,6 +295,8 @@ if __name__ == "__main__":
         quantize_probe()
     elif sys.argv[1] == "matmul":
         matmul_probe()
+    elif sys.argv[1].startswith("workspace"):
+        workspace_probe(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 240.0)
     elif sys.argv[1] == "graphs":
         graphs_probe(sys.argv[2:])
     elif sys.argv[1] == "graphs-child":
