@@ -199,8 +199,9 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout8": lambda: _holdout_dicts(HOLDOUT_SEED + 7, "holdout8-"),  # after the donation and AsType fixes
     "holdout9": lambda: _holdout_dicts(HOLDOUT_SEED + 8, "holdout9-"),
     "holdout10": lambda: _holdout_dicts(HOLDOUT_SEED + 9, "holdout10-"),  # after the CUDA graph probe
+    "holdout11": lambda: _holdout_dicts(HOLDOUT_SEED + 10, "holdout11-"),  # before the workspace probe
 }
-ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)})
 ALL_TRAIN = frozenset({"train2"})  # every scenario in the train split
 
 
