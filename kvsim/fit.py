@@ -9,7 +9,7 @@ of them are multiplied by one factor. The fit uses that split:
    + ``DECODE_WEIGHT`` x the median decode-step time error left after the best common scale.
 2. **Free timing** (GPU): the point on a grid (device bandwidth, completion lag, host cost of
    system allocations; graph nodes per kernel is an axis of one value, 1) minimising |error| vs the runs' mean peak, then the earliest / latest
-   timings, ``range_min_width`` and ``peak_point_weight`` (``fit_lag``); then the host time between
+   timings, ``range_min_width``, ``range_low_share`` and ``peak_point_weight`` (``fit_lag``); then the host time between
    a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
    the time model.
 3. **Time model**: a factor on the simulated eval time and a cost per graph array, minimising the
@@ -48,6 +48,7 @@ MALLOC_GRID_BYTES_PER_S = (0.0, 1e11, 3e10, 1.5e10, 1e10, 5e9)  # 0: system allo
 # effective device bytes per second of the cache's copies: how long the GPU runs behind the host
 BANDWIDTH_GRID_BYTES_PER_S = (2e12, 1e12, 5e11, 2.5e11)
 MIN_WIDTH_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.34)  # candidates for range_min_width
+LOW_SHARE_GRID = (0.2, 0.3, 0.4, 0.5)  # candidates for range_low_share (ties keep the smallest)
 POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_weight
 GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
 EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
@@ -203,6 +204,7 @@ class _LagCandidate:
     lo: int
     hi: int
     min_width: float
+    low_share: float
     weight: float
     median_width: float
 
@@ -212,7 +214,8 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
     per kernel (``NODES_GRID``: 1 only), completion lag and the host cost of system allocations. Every grid value is tried as
     the point timing (``_candidate``): around it, the range takes a grid value with frees no later
     than the point's on every axis (as many or more graph nodes per kernel, no more lag, costlier
-    system allocations) and one with frees no earlier, plus a ``range_min_width``, and the weight
+    system allocations) and one with frees no earlier, plus a ``range_min_width`` and
+    ``range_low_share`` (how much of a widening goes below the point), and the weight
     ``peak_point_weight`` of the point in the predicted peak. The bandwidth (a device property,
     shared by the three timings) and point kept are those whose predicted peaks have the least loss,
     then whose range holds the most runs: the predicted peak is what is checked, so it is judged
@@ -244,12 +247,12 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
         return f"{n:g} nodes/kernel, lag {lag * 1e6:.3g} us, malloc {rate / 1e9:.3g} GB/s"
 
     log(f"free timing: device {bw / 1e9:g} GB/s; point {show(c.point)}; range {show(c.lo)} .. {show(c.hi)}, "
-        f"at least {c.min_width:g}x wide, holds {-c.key[1]}/{int(np.sum(~np.isnan(runs)))} train runs, "
+        f"at least {c.min_width:g}x wide ({c.low_share:g} of a widening below), holds {-c.key[1]}/{int(np.sum(~np.isnan(runs)))} train runs, "
         f"median width {c.median_width:.3f}x; predicted peak {c.weight:g} x the point + the rest x the ends' mean "
         f"(loss {c.key[0]:.3f})")
     (n_lo, lag_lo, rate_lo), (n_hi, lag_hi, rate_hi) = grid[c.lo], grid[c.hi]
     fitted = replace(
-        timed(bw, *grid[c.point]), range_min_width=c.min_width, peak_point_weight=c.weight,
+        timed(bw, *grid[c.point]), range_min_width=c.min_width, range_low_share=c.low_share, peak_point_weight=c.weight,
         graph_nodes_per_kernel_low=n_lo, completion_lag_low_s=lag_lo, host_malloc_bytes_per_s_low=rate_lo,
         graph_nodes_per_kernel_high=n_hi, completion_lag_high_s=lag_hi, host_malloc_bytes_per_s_high=rate_hi,
     )
@@ -271,21 +274,20 @@ def _candidate(observations: list[Observation], runs: np.ndarray, table: np.ndar
     cost_pt = _host_cost(rate_pt)
     earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
     later = [g for g, (n, lag, rate) in enumerate(grid) if n <= n_pt and lag >= lag_pt and _host_cost(rate) <= cost_pt]
-    best: tuple[tuple[int, int, float, float], int, int, float] | None = None  # (key, lo, hi, min width)
-    for lo in earlier:
-        for hi in later:
-            for min_width in MIN_WIDTH_GRID:
-                low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
-                                        profile.range_max_width, profile.range_low_share)
-                key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
-                if best is None or key < best[0]:
-                    best = (key, lo, hi, min_width)
+    best: tuple[tuple[int, int, float, float], int, int, float, float] | None = None  # key, lo, hi, width, share
+    for lo, hi, min_width, share in itertools.product(earlier, later, MIN_WIDTH_GRID, LOW_SHARE_GRID):
+        low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
+                                profile.range_max_width, share)
+        key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
+        if best is None or key < best[0]:
+            best = (key, lo, hi, min_width, share)
     assert best is not None
-    (neg_inside, neg_robust, _, median_width), lo, hi, min_width = best
+    (neg_inside, neg_robust, _, median_width), lo, hi, min_width, share = best
     point_loss = {w: peak_loss(observations, point_estimate(table[point], table[lo], table[hi], w), GPU_MAX_WEIGHT)
                   for w in POINT_WEIGHT_GRID}
     weight = min(POINT_WEIGHT_GRID, key=point_loss.__getitem__)
-    return _LagCandidate((point_loss[weight], neg_inside, neg_robust), point, lo, hi, min_width, weight, median_width)
+    return _LagCandidate((point_loss[weight], neg_inside, neg_robust), point, lo, hi, min_width, share, weight,
+                         median_width)
 
 
 def fit_barrier(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:

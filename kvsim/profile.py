@@ -133,6 +133,7 @@ FITTED_FIELDS: tuple[str, ...] = (
     "host_malloc_bytes_per_s_low",
     "host_malloc_bytes_per_s_high",
     "range_min_width",
+    "range_low_share",
     "host_eval_call_s",
     "peak_point_weight",
     "host_probe_s",
