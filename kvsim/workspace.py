@@ -3,8 +3,8 @@
 MLX asks cuBLASLt for one heuristic algorithm per matmul shape and allocates the workspace that
 algorithm names from its own allocator, held until the command buffer completes
 (``CublasMatmulBase::execute`` in ``mlx/backend/cuda/cublas_utils.cpp``, ``allocate_workspace`` in
-``mlx/backend/cuda/utils.cpp``). The size is cuBLAS's choice: split-K partials, up to 16 MiB at
-attention shapes on an H200, and it turns on the row pitch (rows of keys not a multiple of 8 take
+``mlx/backend/cuda/utils.cpp``). The size is cuBLAS's choice: split-K partials, up to 31.7 MiB at
+attention shapes on an H200 (MLX caps it at 32 MiB on Hopper), and it turns on the row pitch (rows of keys not a multiple of 8 take
 other kernels). MLX's source cannot give it, so kvsim reads it from probes
 (``scripts/device_probe.py workspace``, ``workspace-align`` and ``workspace-random``): the measured
 shape of the same op, dtype and row-pitch alignment nearest in log rows. cuBLAS's choice jumps
