@@ -4,8 +4,8 @@ MLX asks cuBLASLt for one heuristic algorithm per matmul shape and allocates the
 algorithm names from its own allocator, held until the command buffer completes
 (``CublasMatmulBase::execute`` in ``mlx/backend/cuda/cublas_utils.cpp``, ``allocate_workspace`` in
 ``mlx/backend/cuda/utils.cpp``). The size is cuBLAS's choice: split-K partials, up to 31.7 MiB at
-attention shapes on an H200 (MLX caps it at 32 MiB on Hopper), and it turns on the row pitch (rows of keys not a multiple of 8 take
-other kernels). MLX's source cannot give it, so kvsim reads it from probes
+attention shapes on an H200 (MLX caps it at 32 MiB on Hopper), and it turns on the row pitch (rows
+of keys not a multiple of 8 take other kernels). MLX's source cannot give it, so kvsim reads it from probes
 (``scripts/device_probe.py workspace``, ``workspace-align`` and ``workspace-random``): the measured
 shape of the same op, dtype and row-pitch alignment nearest in log rows. cuBLAS's choice jumps
 between neighbouring shapes: built from the grids and half of 40,000 shapes drawn at random, the
@@ -26,9 +26,9 @@ import numpy as np
 
 from kvsim.allocator import rounded_size
 from kvsim.profile import DEFAULTS
+from kvsim.spec import DTYPE_BYTES
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _CUDA = DEFAULTS["mlx-cuda"]  # the allocator rounding the probe's peaks include
 
 ShapeClass = tuple[str, str, int, int, int]  # op, dtype, batch x heads, head_dim, key-row pitch alignment
@@ -41,7 +41,8 @@ def pitch_alignment_bytes(rows: int, itemsize_bytes: int) -> int:
 
 
 def shape_class(op: str, dtype: str, batch_heads: int, head_dim: int, k_rows: int) -> ShapeClass:
-    return op, dtype, batch_heads, head_dim, pitch_alignment_bytes(k_rows, _ITEMSIZE[dtype])
+    """The key a matmul's workspace is measured and looked up under."""
+    return op, dtype, batch_heads, head_dim, pitch_alignment_bytes(k_rows, DTYPE_BYTES[dtype])
 
 
 def probe_workspace_bytes(rec: dict) -> int:
