@@ -200,8 +200,9 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout9": lambda: _holdout_dicts(HOLDOUT_SEED + 8, "holdout9-"),
     "holdout10": lambda: _holdout_dicts(HOLDOUT_SEED + 9, "holdout10-"),  # after the CUDA graph probe
     "holdout11": lambda: _holdout_dicts(HOLDOUT_SEED + 10, "holdout11-"),  # before the workspace probe
+    "holdout12": lambda: _holdout_dicts(HOLDOUT_SEED + 11, "holdout12-"),  # measured before the next model change
 }
-ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)})
+ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)})
 ALL_TRAIN = frozenset({"train2"})  # every scenario in the train split
 
 
