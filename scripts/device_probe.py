@@ -16,7 +16,9 @@
    ``probs @ v`` (single-head first, then batched), ``q @ k.T``, and ``mx.fast.scaled_dot_product_attention``
    where cuDNN or the vector kernel serves it; the workspace a library call takes, and how it scales
    (``-align``: key rows that are not a multiple of 8; ``-random``: single-head shapes drawn at random).
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|workspace[-align|-random] [S]|graphs ID...|graphs-summary DIR``.
+6. ``workspace-stack``: N independent matmuls of one shape in one ``mx.eval`` (as N layers' attention
+   in one command buffer), N = 1..32: whether their workspaces add up until the buffer completes.
+Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|workspace[-align|-random|-stack] [S]|graphs ID...|graphs-summary DIR``.
 """
 
 from __future__ import annotations
@@ -210,6 +212,37 @@ def workspace_probe(grid: str, seconds: float) -> None:
         _workspace_once(mx, op, dtype, bh, q_rows, k_rows, head_dim)
 
 
+STACK_SHAPES = (  # op, dtype, q_rows, k_rows, head_dim: single-head shapes whose one-op workspace is not 0
+    ("pv", "bfloat16", 250, 750, 512), ("pv", "bfloat16", 229, 734, 512), ("qk", "bfloat16", 75, 3075, 512),
+    ("pv", "float16", 300, 1026, 512), ("pv", "float16", 777, 1537, 256), ("pv", "bfloat16", 140, 1537, 512),
+)
+
+
+def workspace_stack_probe() -> None:
+    """Peak above the inputs of N independent matmuls of one shape evaluated together, per N."""
+    import mlx.core as mx
+
+    mx.set_cache_limit(0)
+    for op, dtype, q_rows, k_rows, head_dim in STACK_SHAPES:
+        dt = getattr(mx, dtype)
+        for n in (1, 2, 4, 8, 16, 32):
+            if op == "pv":
+                pairs = [(mx.ones((1, 1, q_rows, k_rows), dt), mx.ones((1, 1, k_rows, head_dim), dt)) for _ in range(n)]
+            else:
+                pairs = [(mx.ones((1, 1, q_rows, head_dim), dt), mx.ones((1, 1, k_rows, head_dim), dt)) for _ in range(n)]
+            mx.eval(pairs)
+            mx.synchronize()
+            base = mx.get_active_memory()
+            mx.reset_peak_memory()
+            outs = [a @ b if op == "pv" else a @ b.swapaxes(-1, -2) for a, b in pairs]
+            mx.eval(outs)
+            mx.synchronize()
+            print(json.dumps({"probe": "workspace-stack", "op": op, "dtype": dtype, "batch_heads": 1, "q_rows": q_rows,
+                              "k_rows": k_rows, "head_dim": head_dim, "n": n, "out_bytes": outs[0].nbytes,
+                              "peak_above_inputs": mx.get_peak_memory() - base, "mlx": mx.__version__}), flush=True)
+            del pairs, outs
+
+
 def graphs_probe(ids: list[str]) -> None:
     import glob
     import tarfile
@@ -295,6 +328,8 @@ if __name__ == "__main__":
         quantize_probe()
     elif sys.argv[1] == "matmul":
         matmul_probe()
+    elif sys.argv[1] == "workspace-stack":
+        workspace_stack_probe()
     elif sys.argv[1].startswith("workspace"):
         workspace_probe(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 240.0)
     elif sys.argv[1] == "graphs":
