@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.scenario import Scenario, ScenarioError, parse_scenario
+from kvsim.spec import DTYPE_BYTES
 
 VALIDATION_SLOTS = (1, 3)  # within each policy, ordinals i with i % 5 in these go to validation (40 %)
 
@@ -117,7 +118,6 @@ HOLDOUT_SEED = 20261129
 HOLDOUT_SIZE = 36
 HOLDOUT_MAX_CACHE_BYTES = 640 << 20
 _PRESETS = ("deepseek-v4-flash", "llama-3.1-8b", "qwen3.5-122b-a10b", "gpt-oss-20b", "gemma-3-27b")
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def _holdout_policy(rng: random.Random) -> dict[str, Any]:
@@ -157,9 +157,9 @@ def _holdout_model(rng: random.Random) -> tuple[dict[str, Any], int]:
         ratios = [1] * rng.choice((0, 1, 2)) + [rng.choice((4, 128)) for _ in range(n)]
         head_dim = rng.choice((128, 256, 512))
         layers = [{"kv_heads": 1, "head_dim": head_dim, "dtype": dtype, "ratio": r} for r in ratios]
-        return {"layers": layers}, sum(2 * head_dim * _ITEMSIZE[dtype] // r for r in ratios) or 1
+        return {"layers": layers}, sum(2 * head_dim * DTYPE_BYTES[dtype] // r for r in ratios) or 1
     n, kvh, hd = rng.choice((2, 4, 8, 12, 16, 24, 32)), rng.choice((1, 2, 4, 8)), rng.choice((64, 128, 256))
-    return _u(n, kvh, hd, dtype), n * 2 * kvh * hd * _ITEMSIZE[dtype]
+    return _u(n, kvh, hd, dtype), n * 2 * kvh * hd * DTYPE_BYTES[dtype]
 
 
 def _holdout_dicts(seed: int = HOLDOUT_SEED, prefix: str = "holdout") -> list[dict[str, Any]]:
