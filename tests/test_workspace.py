@@ -7,10 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from kvsim.allocator import rounded_size
+from kvsim.allocator import Allocator, rounded_size
 from kvsim.engine import Engine
+from kvsim.eval_sim import Buffers, EvalState, run_eval
+from kvsim.graph import StepGraph
 from kvsim.profile import load_profile
 from kvsim.scenario import parse_scenario
+from kvsim.spec import DTYPE_BYTES
 from kvsim.workspace import (
     DATA_DIR, WorkspaceTable, load_workspace_table, pitch_alignment_bytes, probe_workspace_bytes, read_probe_records,
 )
@@ -119,12 +122,8 @@ STACKED = DATA_DIR / "probes" / "mlx-cuda-0.32.4-20261129-stacked-matmuls-probe.
 def simulated_stack_peak_bytes(rec: dict, table: WorkspaceTable) -> int:
     """The model's peak above the inputs of ``rec["n"]`` independent matmuls of one shape in one
     ``mx.eval``, each holding the workspace the table gives its shape until the buffer completes."""
-    from kvsim.allocator import Allocator
-    from kvsim.eval_sim import Buffers, EvalState, run_eval
-    from kvsim.graph import StepGraph
-
     g, leaves, buffers = StepGraph(), {}, Buffers(Allocator(CUDA))
-    itemsize = 4 if rec["dtype"] == "float32" else 2
+    itemsize = DTYPE_BYTES[rec["dtype"]]
     q, k, d = rec["q_rows"], rec["k_rows"], rec["head_dim"]
     a_bytes, b_bytes = (q * k, k * d) if rec["op"] == "pv" else (q * d, k * d)
     for _ in range(rec["n"]):
