@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,6 +42,11 @@ class TimelineRun:
         """(step index, tokens before the step) for each step of the run."""
         for i in range(self.step_count):
             yield self.first_step + i, self.first_token + i * self.tokens_per_step
+
+
+def step_peaks_bytes(timeline: Iterable[TimelineRun]) -> dict[int, int]:
+    """Each step's own peak, by step index, from a run-length timeline."""
+    return {i: run.peak_bytes for run in timeline for i, _ in run.steps()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,9 @@ import tempfile
 
 from kvsim.api import simulate
 from kvsim.measure import device_info, run_reference
+from kvsim.result import step_peaks_bytes
 from kvsim.scenario import parse_scenario
+from kvsim.spec import DTYPE_BYTES
 
 SHAPES = [(4, 8, 128, "float16"), (8, 8, 128, "bfloat16"), (12, 8, 128, "float16"), (16, 4, 128, "float16"),
           (24, 8, 64, "bfloat16"), (32, 8, 128, "bfloat16"), (48, 2, 128, "float16"), (32, 1, 512, "float16")]
@@ -37,11 +39,8 @@ def rows_for(n_layers: int, heads: int, dim: int, dtype: str) -> list[dict]:
     }
     scenario = parse_scenario(obj)
     measured = run_reference(scenario)
-    sim = {}
-    for run in simulate(scenario, record_events=False).timeline:
-        for i, _ in run.steps():
-            sim[i] = run.peak_bytes
-    row_bytes = heads * dim * (4 if dtype == "float32" else 2)
+    sim = step_peaks_bytes(simulate(scenario, record_events=False).timeline)
+    row_bytes = heads * dim * DTYPE_BYTES[dtype]
     tokens = 0
     for i, step in enumerate(measured.steps):
         before = measured.steps[i - 1].active_bytes if i else 0

@@ -24,6 +24,7 @@ from pathlib import Path
 from kvsim.engine import simulate_timeline
 from kvsim.peak_range import point_estimate
 from kvsim.profile import BackendProfile, load_profile
+from kvsim.result import step_peaks_bytes
 from kvsim.scenario import Scenario, parse_scenario
 
 MIB = 2**20
@@ -44,11 +45,7 @@ class Case:
 
 
 def step_peaks(scenario: Scenario, profile: BackendProfile) -> dict[int, int]:
-    out = {}
-    for run in simulate_timeline(scenario, profile, record_events=False).timeline:
-        for i, _ in run.steps():
-            out[i] = run.peak_bytes
-    return out
+    return step_peaks_bytes(simulate_timeline(scenario, profile, record_events=False).timeline)
 
 
 def load_cases(dirs: list[Path], profile: BackendProfile, stall_lag_s: float) -> list[Case]:
