@@ -167,9 +167,7 @@ def test_default_sweep_runs_on_cpu(tmp_path: Path) -> None:
     assert len(records) == len(build_sweep("default"))
 
 
-RANDOM_SWEEPS = {"holdout": "validation", "holdout2": "validation", "holdout3": "validation", "holdout4": "validation",
-                 "holdout5": "validation", "holdout6": "validation", "holdout7": "validation", "holdout8": "validation", "holdout9": "validation",
-                 "train2": "train"}
+RANDOM_SWEEPS = {**{f"holdout{n}": "validation" for n in ("", *range(2, 14))}, "train2": "train", "train3": "train"}
 
 
 @pytest.mark.parametrize("name", sorted(RANDOM_SWEEPS))
