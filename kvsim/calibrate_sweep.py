@@ -203,9 +203,10 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout12": lambda: _holdout_dicts(HOLDOUT_SEED + 11, "holdout12-"),  # measured before the next model change
     "holdout13": lambda: _holdout_dicts(HOLDOUT_SEED + 12, "holdout13-"),  # measured before a refit with train3
     "train3": lambda: _holdout_dicts(HOLDOUT_SEED + 101, "train3-"),  # more random train scenarios (stall tails)
+    "train4": lambda: _holdout_dicts(HOLDOUT_SEED + 102, "train4-"),
 }
 ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)})
-ALL_TRAIN = frozenset({"train2", "train3"})  # every scenario in the train split
+ALL_TRAIN = frozenset({"train2", "train3", "train4"})  # every scenario in the train split
 
 
 def assign_splits(scenarios: Iterable[Scenario], all_in: str | None = None) -> list[SweepItem]:
