@@ -12,7 +12,6 @@ time order, which is what decides the peak.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -76,8 +75,7 @@ class EvalState:
     dispatch_phase: int = 0
     clock_s: float = 0.0
     device_free_s: float = 0.0
-    frees: list[tuple[float, int, list[int]]] = field(default_factory=list)
-    seq: itertools.count = field(default_factory=itertools.count)
+    frees: deque[tuple[float, list[int]]] = field(default_factory=deque)  # (time, buffer ids), in time order
     commit_nodes: list[int] | None = None  # when a list: each GPU commit appends its graph's nodes
 
 
@@ -113,15 +111,16 @@ def run_eval(
     for o in g.outputs:
         arrays[o].py_held = True
 
-    frees = state.frees  # heap of (time, seq, buffer ids) from completions
-    seq = state.seq
+    # Completions free their buffers in the order they were queued: their times never decrease (the
+    # device runs the work in order and the lag is one constant), so a FIFO is a priority queue here.
+    frees = state.frees
     start_t = host_t = state.clock_s
 
     decref = buffers.decref
 
     def drain(until: float) -> None:
         while frees and frees[0][0] <= until:  # noqa: SIM113
-            t, _, bids = heapq.heappop(frees)
+            t, bids = frees.popleft()
             for b in bids:
                 decref(b, t)
 
@@ -153,7 +152,7 @@ def run_eval(
             state.commit_nodes.append(round(open_ops))
         done = end + profile.completion_lag_s
         task_ends.append(done)
-        heapq.heappush(frees, (done, next(seq), open_held))
+        frees.append((done, open_held))
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
 
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
@@ -213,7 +212,7 @@ def run_eval(
             # kernels, then the holder whose completion frees the inputs
             device_free_t = (device_free_t if device_free_t > host_t else host_t) + work_s + dispatch_s
             if held:
-                heapq.heappush(frees, (device_free_t, next(seq), held))
+                frees.append((device_free_t, held))
             boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
             if boundaries:  # a task completes with its 10th dispatch
                 task_ends.extend([device_free_t] * boundaries)
@@ -232,7 +231,7 @@ def run_eval(
     if profile.is_gpu:
         commit(host_t)
     if synchronize:
-        end_t = max([host_t, device_free_t] + [t for t, _, _ in frees])
+        end_t = max(host_t, device_free_t, frees[-1][0] if frees else host_t)
         drain(float("inf"))
         state.clock_s = state.device_free_s = 0.0
     else:
