@@ -7,7 +7,7 @@ and the widest range. Then, per profile, the held-out totals: runs in range and 
 the 12% target. Directories are read in parallel, one process per core.
 
 Usage: ``python scripts/heldout_table.py [--backend mlx-cuda] [--profile FILE ...] [--data DIR ...]``
-(about 2 minutes per profile for the CUDA data on 2 cores).
+(about 20 s per profile for the CUDA data on 2 cores).
 """
 
 from __future__ import annotations
@@ -76,7 +76,6 @@ def main() -> int:
     for result in results:
         if isinstance(result, str):
             sys.exit(f"heldout_table: {result}")
-    labels = {p: (SHIPPED if p == SHIPPED else Path(p).parent.name or p) for p in profiles}
     gpu = "runs" in results[0]
     head = ["data", "profile", "scenarios", "peak median / max", "final max", "decode median"]
     head += ["runs in range", "widest"] if gpu else []
@@ -84,7 +83,7 @@ def main() -> int:
     print("|" + "---|" * len(head))
     totals = {p: [0, 0, 0, 0] for p in profiles}  # runs in range, runs, sweeps over the max target, sweeps
     for (d, p), s in zip(jobs, results):
-        print(row(d, labels[p], s))
+        print(row(d, p, s))
         if d.name.startswith("holdout") and gpu:
             t = totals[p]
             t[0] += s["runs_in_range"]
@@ -94,7 +93,7 @@ def main() -> int:
     if gpu:
         print()
         for p, (inside, runs, over, sweeps) in totals.items():
-            print(f"{labels[p]}: held out, {inside} / {runs} runs in range; point max over {GPU_POINT_MAX_PCT:g}% "
+            print(f"{p}: held out, {inside} / {runs} runs in range; point max over {GPU_POINT_MAX_PCT:g}% "
                   f"on {over} of {sweeps} sweeps")
     return 0
 
