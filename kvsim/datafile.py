@@ -28,6 +28,10 @@ class CalibrationFileError(ValueError):
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type[CalibrationFileError], tuple[str, int | None, str]]:
+        """Pickle by the constructor's arguments, so the error crosses a process pool intact."""
+        return type(self), (self.path, self.line, self.problem)
+
 
 def calibration_filename(backend: str, mlx_version: str, date_yyyymmdd: str) -> str:
     """``<backend>-<mlx-version>-<yyyymmdd>.jsonl``, the name ``kvsim calibrate`` writes."""

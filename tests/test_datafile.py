@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,18 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
     with pytest.raises(CalibrationFileError):  # a bad line that is not the tail is never forgiven
         read_calibration(path, allow_truncated_tail=True)
+
+
+def test_error_crosses_a_process_pool_intact(tmp_path: Path) -> None:
+    """A worker's one-line error reaches the parent as the same exception (scripts read files in pools)."""
+    path = _write(tmp_path / "p.jsonl", _header(), _record("s1"), _record("s2"))
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1][:40], lines[2]]) + "\n")
+    with pytest.raises(CalibrationFileError) as local:
+        read_calibration(path)
+    with ProcessPoolExecutor(max_workers=1) as pool, pytest.raises(CalibrationFileError) as remote:
+        pool.submit(read_calibration, path).result()
+    assert str(remote.value) == str(local.value) and remote.value.line == 2 and remote.value.path == str(path)
 
 
 def test_truncated_tail(tmp_path: Path) -> None:
