@@ -134,7 +134,7 @@ def load_observations(
         try:
             scenario = parse_scenario(recs[0]["scenario"], data_backend)
         except ScenarioError as err:
-            raise ScenarioError(f"{recs[0]['source']}: scenario {sid!r}: {err}") from None
+            raise ScenarioError(f"{recs[0]['source']}: scenario {sid!r}: {err.field}", err.value, err.problem) from None
         splits = {r.get("split", "train") for r in recs}
         if len(splits) != 1 or not splits <= {"train", "validation"}:
             raise CalibrationFileError(recs[0]["source"], None, f"scenario {sid!r}: field 'split' must be one of train/validation, got {sorted(splits)}")

@@ -110,6 +110,15 @@ def test_corrupt_file_is_one_line_error(data: Path, tmp_path: Path, capsys: pyte
     _one_line_error(capsys, f"{bad}:4", "invalid JSON")
 
 
+def test_invalid_scenario_in_data_is_one_line_error(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    head, records = read_calibration(data)
+    records[0]["scenario"]["workload"]["prefill_chunk"] = 0
+    bad = tmp_path / "bad-scenario.jsonl"
+    write_jsonl_atomic(bad, [head, *records])
+    assert main(["validate", "--data", str(bad)]) == 2
+    _one_line_error(capsys, "kvsim validate:", bad.name, repr(records[0]["id"]), "workload.prefill_chunk", "got 0")
+
+
 def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     head, records = read_calibration(data)
     train_only = tmp_path / "train.jsonl"
