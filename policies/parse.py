@@ -32,6 +32,10 @@ class PolicyError(ValueError):
         self.field, self.value, self.problem = field, value, problem
         super().__init__(f"{field}: {problem}, got {value!r}")
 
+    def __reduce__(self) -> tuple[type[PolicyError], tuple[str, Any, str]]:
+        """Pickle by the constructor's arguments, so the error crosses a process pool intact."""
+        return type(self), (self.field, self.value, self.problem)
+
 
 def rows_field(obj: Mapping[str, Any], key: str, where: str, default: Any = ..., lo: int = 1) -> int:
     """An integer row count in ``[lo, MAX_ROWS]``; bools and floats are rejected."""

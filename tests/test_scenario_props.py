@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +41,8 @@ def _check(obj: object) -> None:
         message = str(err)
         assert message and "\n" not in message and ":" in message
         assert err.field.split(".")[0].split("[")[0] in {"scenario", "id", "backend", "model", "policy", "workload", "consumer"}
+        again = pickle.loads(pickle.dumps(err))  # crosses a process pool as the same one-line error
+        assert type(again) is type(err) and str(again) == message and again.field == err.field
     else:
         assert isinstance(scenario, Scenario)
         assert scenario.workload.prefill_chunk >= 1 and scenario.model.n_layers >= 1
