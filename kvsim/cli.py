@@ -29,6 +29,8 @@ def load_scenarios(path: str) -> list[Any]:
         raise ValueError(f"{path}: cannot read ({err.strerror})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     if isinstance(doc, dict):
         doc = [doc]
     if not isinstance(doc, list):

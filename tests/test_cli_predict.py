@@ -90,3 +90,11 @@ def test_simulate_formats(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-m", "kvsim.cli", "simulate", str(path), *args],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and check in out.stdout
+
+
+def test_binary_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "scenarios.json"
+    path.write_bytes(b'[{"id": "\xff"}]')
+    out = subprocess.run([sys.executable, "-m", "kvsim.cli", "predict", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"kvsim: {path}: not UTF-8 text (byte 9: invalid start byte)"
