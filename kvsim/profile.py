@@ -7,11 +7,13 @@ calibration fits are listed in ``FITTED_FIELDS`` and stored in ``data/profiles/<
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
@@ -196,8 +198,29 @@ def load_profile(name: str) -> BackendProfile:
     if not path.exists():
         return DEFAULTS[name]
     doc = json.loads(path.read_text())
-    known = {f.name for f in fields(BackendProfile)}
-    return replace(DEFAULTS[name], **{k: v for k, v in doc.get("profile", doc).items() if k in known})
+    return overlay_profile(DEFAULTS[name], doc.get("profile", doc), str(path))
+
+
+def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) -> BackendProfile:
+    """``base`` with the fields a profile JSON object sets (others are ignored). A value of the wrong
+    type raises ``ValueError`` naming ``source``, the field and the value, on one line."""
+    values: dict[str, Any] = {}
+    for f in fields(BackendProfile):
+        if f.name not in body:
+            continue
+        value, default = body[f.name], getattr(base, f.name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(default, str):
+            ok, kind = isinstance(value, str), "a string"
+        elif isinstance(default, int):
+            ok, kind = number and isinstance(value, int), "an integer"
+        else:
+            ok, kind = number and math.isfinite(value), "a finite number"
+            value = float(value) if ok else value
+        if not ok:
+            raise ValueError(f"{source}: profile field {f.name!r} must be {kind}, got {value!r}")
+        values[f.name] = value
+    return replace(base, **values)
 
 
 def save_profile(profile: BackendProfile, extra: dict[str, Any], directory: Path = PROFILES_DIR) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from kvsim.datafile import CalibrationFileError, load_calibrations
 from kvsim.engine import Engine, simulate_timeline
 from kvsim.host_probe import host_scale
 from kvsim.peak_range import estimate_peak
-from kvsim.profile import DEFAULTS, BackendProfile
+from kvsim.profile import DEFAULTS, BackendProfile, overlay_profile
 from kvsim.scenario import Scenario, ScenarioError, parse_scenario
 
 SPLITS = ("train", "validation", "all")
@@ -257,5 +257,4 @@ def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
         raise ValueError(f"{path}: a profile must be a JSON object")
     if body.get("name", backend) != backend:
         raise ValueError(f"{path}: profile is for {body.get('name')!r}, the data is {backend!r}")
-    known = {f.name for f in fields(BackendProfile)}
-    return replace(DEFAULTS[backend], **{k: v for k, v in body.items() if k in known})
+    return overlay_profile(DEFAULTS[backend], body, str(path))

@@ -119,6 +119,18 @@ def test_invalid_scenario_in_data_is_one_line_error(data: Path, tmp_path: Path, 
     _one_line_error(capsys, "kvsim validate:", bad.name, repr(records[0]["id"]), "workload.prefill_chunk", "got 0")
 
 
+@pytest.mark.parametrize(("field", "value", "kind"), [("host_node_s", "fast", "a finite number"),
+                                                    ("commit_ops", 100.5, "an integer"),
+                                                    ("range_low_share", True, "a finite number"),
+                                                    ("rounding", 4, "a string")])
+def test_profile_field_of_wrong_type_is_one_line_error(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       field: str, value: object, kind: str) -> None:
+    bad = tmp_path / "typed.json"
+    bad.write_text(json.dumps({"profile": {**DEFAULTS["mlx-cpu"].to_json(), field: value}}))
+    assert main(["validate", "--data", str(data), "--profile", str(bad)]) == 2
+    _one_line_error(capsys, "kvsim validate:", str(bad), repr(field), kind, repr(value))
+
+
 def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     head, records = read_calibration(data)
     train_only = tmp_path / "train.jsonl"
