@@ -138,6 +138,8 @@ def calibrate(
     repeats = repeats if repeats is not None else (1 if backend == "mlx-cpu" else 3)
     if repeats < 1:
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"--out: must be a directory, got the file {str(out_dir)!r}")
     items = [it for it in build_sweep(sweep, backend) if match is None or match in str(it.scenario.id)]
     items = items[:limit] if limit is not None else items
     date = date or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")

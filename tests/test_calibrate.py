@@ -148,6 +148,8 @@ def test_cli_runs_and_reports_errors_on_one_line(tmp_path: Path, capsys) -> None
     with pytest.raises(SystemExit):
         standalone_main(["calibrate", "--repeats", "0"])
     assert "--repeats: must be >= 1, got 0" in capsys.readouterr().err
+    assert standalone_main(["calibrate", "--out", str(path), "--sweep", "tiny", "--date", DATE]) == 2  # a file
+    assert capsys.readouterr().err == f"kvsim calibrate: --out: must be a directory, got the file {str(path)!r}\n"
 
 
 def test_cli_list(capsys) -> None:
