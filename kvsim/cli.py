@@ -104,6 +104,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kvsim.cli_calibrate import positive_int
+
     parser = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory simulator for MLX inference engines")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict peak and final memory of scenarios (the contract)")
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="simulate scenarios and print a readable timeline")
     s.add_argument("scenarios", help="JSON file with a list of scenario objects")
     s.add_argument("--backend", choices=BACKENDS, default=None)
-    s.add_argument("--limit-bytes", type=int, default=None, help="report the first step whose peak exceeds this")
+    s.add_argument("--limit-bytes", type=positive_int, default=None, help="report the first step whose peak exceeds this")
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object per scenario")
     fmt.add_argument("--csv", action="store_true", help="the timeline as CSV")

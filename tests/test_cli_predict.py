@@ -98,3 +98,12 @@ def test_binary_file_names_the_file(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "kvsim.cli", "predict", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.strip() == f"kvsim: {path}: not UTF-8 text (byte 9: invalid start byte)"
+
+
+def test_simulate_limit_must_be_positive(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([VALID]))
+    out = subprocess.run([sys.executable, "-m", "kvsim.cli", "simulate", str(path), "--limit-bytes", "-5"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines()[-1] == "kvsim simulate: error: argument --limit-bytes: must be >= 1, got -5"
