@@ -18,6 +18,7 @@ from typing import Any
 FORMAT = "kvsim-calibration/1"
 STEP_FIELDS = ("tokens", "active_bytes", "cache_bytes", "peak_bytes", "wall_s")
 _RECORD_INTS = ("repeat", "peak_bytes", "final_active_bytes")
+_RECORD_NON_NEGATIVE = ("repeat", "peak_bytes")  # a run's index; a peak is never below the cache it holds
 
 
 class CalibrationFileError(ValueError):
@@ -58,6 +59,8 @@ def _check_record(obj: Any, path: Path, line: int) -> dict[str, Any]:
         value = obj.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise CalibrationFileError(path, line, f"field {key!r} must be an integer, got {value!r}")
+        if key in _RECORD_NON_NEGATIVE and value < 0:
+            raise CalibrationFileError(path, line, f"field {key!r} must be >= 0, got {value!r}")
     if not isinstance(obj.get("scenario"), dict):
         raise CalibrationFileError(path, line, "field 'scenario' must be a scenario object")
     probe = obj.get("host_probe_s")

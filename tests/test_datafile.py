@@ -94,6 +94,8 @@ def test_truncated_tail(tmp_path: Path) -> None:
         (lambda h, r: ({**h, "backend": ""}, r), 1, "'backend'"),
         (lambda h, r: (h, {**r, "peak_bytes": "12"}), 2, "'peak_bytes' must be an integer, got '12'"),
         (lambda h, r: (h, {**r, "repeat": True}), 2, "'repeat' must be an integer"),
+        (lambda h, r: (h, {**r, "repeat": -1}), 2, "'repeat' must be >= 0, got -1"),
+        (lambda h, r: (h, {**r, "peak_bytes": -5}), 2, "'peak_bytes' must be >= 0, got -5"),
         (lambda h, r: (h, {**r, "id": None}), 2, "'id' must be a string or integer"),
         (lambda h, r: (h, {**r, "kind": "header"}), 2, "expected a measurement record"),
         (lambda h, r: (h, {**r, "steps": {**r["steps"], "wall_s": [0.1]}}), 2, "of one length"),
