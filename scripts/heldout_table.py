@@ -39,16 +39,14 @@ def default_dirs(backend: str) -> list[Path]:
             if any(p.name.startswith(f"{backend}-") for p in calibration_paths([d]))]
 
 
-def summary(data_dir: Path, backend: str, profile_path: str) -> dict[str, Any] | str:
-    """``kvsim validate``'s summary of one directory's validation split under one profile, or the
-    one-line error that stops it (a message crosses the process boundary where an exception may not)."""
-    try:
-        _, observations = load_observations([data_dir], backend=backend)
-        profile = load_profile(backend) if profile_path == SHIPPED else profile_from_file(profile_path, backend)
-        report = validate(observations, profile, "validation")
-    except (CalibrationFileError, ScenarioError, ValueError) as err:
-        return str(err)
-    return report["summary"] if report["rows"] else f"--data: {data_dir} has no validation-split records"
+def summary(data_dir: Path, backend: str, profile_path: str) -> dict[str, Any]:
+    """``kvsim validate``'s summary of one directory's validation split under one profile."""
+    _, observations = load_observations([data_dir], backend=backend)
+    profile = load_profile(backend) if profile_path == SHIPPED else profile_from_file(profile_path, backend)
+    report = validate(observations, profile, "validation")
+    if not report["rows"]:
+        raise ValueError(f"--data: {data_dir} has no validation-split records")
+    return report["summary"]
 
 
 def row(data_dir: Path, label: str, s: dict[str, Any]) -> str:
@@ -71,11 +69,11 @@ def main() -> int:
         sys.exit(f"--data: no directory holds {args.backend} files")
     profiles = [SHIPPED, *args.profile]
     jobs = [(d, p) for d in dirs for p in profiles]
-    with ProcessPoolExecutor() as pool:
-        results = list(pool.map(summary, [d for d, _ in jobs], [args.backend] * len(jobs), [p for _, p in jobs]))
-    for result in results:
-        if isinstance(result, str):
-            sys.exit(f"heldout_table: {result}")
+    try:
+        with ProcessPoolExecutor() as pool:
+            results = list(pool.map(summary, [d for d, _ in jobs], [args.backend] * len(jobs), [p for _, p in jobs]))
+    except (CalibrationFileError, ScenarioError, ValueError) as err:  # one line each; they cross the pool intact
+        sys.exit(f"heldout_table: {err}")
     gpu = "runs" in results[0]
     head = ["data", "profile", "scenarios", "peak median / max", "final max", "decode median"]
     head += ["runs in range", "widest"] if gpu else []
