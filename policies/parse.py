@@ -158,6 +158,9 @@ def policy_from_dict(
     """
     if not isinstance(obj, Mapping):
         raise PolicyError(where, obj, "must be an object")
+    rows_field({"ratio": ratio}, "ratio", "layer")  # the caller's arguments, checked like fields
+    if context_tokens is not None:
+        rows_field({"context_tokens": context_tokens}, "context_tokens", "layer")
     name = obj.get("name")
     if not isinstance(name, str) or name not in _BUILD:
         raise PolicyError(f"{where}.name", name, f"unknown policy (known: {', '.join(POLICY_NAMES)})")

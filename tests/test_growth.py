@@ -237,6 +237,14 @@ def test_bad_integer_fields_name_the_field(name, data):
     assert_one_line(info.value, f"policy.{field}")
 
 
+@given(st.sampled_from(["ratio", "context_tokens"]), st.one_of(bad_values, st.just(0)))
+def test_bad_layer_arguments_name_the_argument(argument, value):
+    """``ratio`` and ``context_tokens`` come from the caller (``cache_for``), not the JSON; checked alike."""
+    with pytest.raises(PolicyError) as info:
+        policy_from_dict(VALID["full"], **{"context_tokens": 1000, argument: value})
+    assert_one_line(info.value, f"layer.{argument}")
+
+
 @given(st.one_of(st.floats(max_value=1.0), st.floats(min_value=16.0001), st.booleans(), st.text(max_size=4), st.none()))
 def test_bad_factor_names_factor(value):
     with pytest.raises(PolicyError) as info:
