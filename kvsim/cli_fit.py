@@ -109,6 +109,9 @@ def run_validate(args: argparse.Namespace) -> int:
     if not report["rows"]:
         return _fail("validate", f"--split: no {args.split} records in the data")
     report["data_mlx_version"] = version
+    if version != profile.mlx_version:  # allowed (that is how a new release is checked), but never silently
+        print(f"kvsim validate: warning: the data is MLX {version}, the profile was fitted on MLX {profile.mlx_version}; "
+              f"allocators change between releases: refit with kvsim fit", file=sys.stderr)
     report["data_files"] = sorted({s for o in observations for s in o.sources})
     if args.json:
         print(json.dumps(report, default=_json_default))

@@ -103,6 +103,16 @@ def test_mixed_mlx_versions_are_refused(data: Path, tmp_path: Path, capsys: pyte
     _one_line_error(capsys, "kvsim validate:", "mlx_version", "0.1.0")
 
 
+def test_other_mlx_version_than_the_profile_is_said(data: Path, fitted: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    newer = _rewrite(data, tmp_path / "newer.jsonl", mlx_version="0.99.0")
+    assert main(["validate", "--data", str(newer), "--profile", str(fitted)]) == 0
+    out = capsys.readouterr()
+    assert "data MLX 0.99.0" in out.out
+    assert out.err == (f"kvsim validate: warning: the data is MLX 0.99.0, the profile was fitted on MLX {mx.__version__}; "
+                       "allocators change between releases: refit with kvsim fit\n")
+
+
 def test_corrupt_file_is_one_line_error(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text() + '{"kind": "measurement", "id":\n')
