@@ -93,8 +93,8 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     """``kvsim validate``: a table (or ``--json``) of predicted vs measured on one split."""
-    from kvsim.profile import load_profile
-    from kvsim.validate import profile_from_file, validate
+    from kvsim.profile import load_profile, profile_from_file
+    from kvsim.validate import validate
 
     loaded = _load(args, "validate")
     if isinstance(loaded, int):

@@ -195,10 +195,21 @@ def load_profile(name: str) -> BackendProfile:
     if name not in DEFAULTS:
         raise ValueError(f"backend: unknown profile, got {name!r} (known: {', '.join(DEFAULTS)})")
     path = PROFILES_DIR / f"{name}.json"
-    if not path.exists():
-        return DEFAULTS[name]
-    doc = json.loads(path.read_text())
-    return overlay_profile(DEFAULTS[name], doc.get("profile", doc), str(path))
+    return profile_from_file(path, name) if path.exists() else DEFAULTS[name]
+
+
+def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
+    """A profile JSON (as ``save_profile`` writes) overlaid on ``backend``'s defaults."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read profile ({err})") from None
+    body = doc.get("profile", doc) if isinstance(doc, dict) else None
+    if not isinstance(body, dict):
+        raise ValueError(f"{path}: a profile must be a JSON object")
+    if body.get("name", backend) != backend:
+        raise ValueError(f"{path}: profile is for {body.get('name')!r}, the data is {backend!r}")
+    return overlay_profile(DEFAULTS[backend], body, str(path))
 
 
 def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) -> BackendProfile:

@@ -13,7 +13,6 @@ time (``kvsim.host_probe``): hosts differ by up to 1.5x in host speed.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from kvsim.datafile import CalibrationFileError, load_calibrations
 from kvsim.engine import Engine, simulate_timeline
 from kvsim.host_probe import host_scale
 from kvsim.peak_range import estimate_peak
-from kvsim.profile import DEFAULTS, BackendProfile, overlay_profile
+from kvsim.profile import DEFAULTS, BackendProfile
 from kvsim.scenario import Scenario, ScenarioError, parse_scenario
 
 SPLITS = ("train", "validation", "all")
@@ -244,17 +243,3 @@ def validate(observations: list[Observation], profile: BackendProfile, split: st
     rows = [compare(o, predict(o.scenario, profile), profile.is_gpu, profile.host_probe_s) for o in chosen]
     return {"backend": profile.name, "profile_mlx_version": profile.mlx_version, "profile_status": profile.status,
             "split": split, "rows": rows, "summary": summarise(rows, profile.is_gpu)}
-
-
-def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
-    """A profile JSON (as ``save_profile`` writes) overlaid on ``backend``'s defaults."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: cannot read profile ({err})") from None
-    body = doc.get("profile", doc) if isinstance(doc, dict) else None
-    if not isinstance(body, dict):
-        raise ValueError(f"{path}: a profile must be a JSON object")
-    if body.get("name", backend) != backend:
-        raise ValueError(f"{path}: profile is for {body.get('name')!r}, the data is {backend!r}")
-    return overlay_profile(DEFAULTS[backend], body, str(path))

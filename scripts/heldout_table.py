@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.datafile import CalibrationFileError, calibration_paths
-from kvsim.profile import load_profile
+from kvsim.profile import load_profile, profile_from_file
 from kvsim.scenario import ScenarioError
-from kvsim.validate import GPU_POINT_MAX_PCT, load_observations, profile_from_file, validate
+from kvsim.validate import GPU_POINT_MAX_PCT, load_observations, validate
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 SHIPPED = "shipped"

@@ -12,9 +12,9 @@ from kvsim.calibrate import calibrate
 from kvsim.cli import main
 from kvsim.datafile import read_calibration, write_jsonl_atomic
 from kvsim.fit import BANDWIDTH_GRID_BYTES_PER_S, LAG_GRID_S, MALLOC_GRID_BYTES_PER_S, NODES_GRID, fit_lag, point_peaks
-from kvsim.profile import DEFAULTS, BackendProfile
+from kvsim.profile import DEFAULTS, BackendProfile, profile_from_file
 from kvsim.scenario import parse_scenario
-from kvsim.validate import Observation, load_observations, profile_from_file, validate
+from kvsim.validate import Observation, load_observations, validate
 
 mx = pytest.importorskip("mlx.core")
 
