@@ -204,8 +204,10 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "holdout13": lambda: _holdout_dicts(HOLDOUT_SEED + 12, "holdout13-"),  # measured before a refit with train3
     "train3": lambda: _holdout_dicts(HOLDOUT_SEED + 101, "train3-"),  # more random train scenarios (stall tails)
     "train4": lambda: _holdout_dicts(HOLDOUT_SEED + 102, "train4-"),  # the same, measured with train3
+    "holdout14": lambda: _holdout_dicts(HOLDOUT_SEED + 13, "holdout14-"),  # measured before the floor clamp
+    "holdout15": lambda: _holdout_dicts(HOLDOUT_SEED + 14, "holdout15-"),  # the same
 }
-ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)})
+ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", *range(2, 16))})
 ALL_TRAIN = frozenset({"train2", "train3", "train4"})  # every scenario in the train split
 
 
