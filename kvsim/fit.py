@@ -11,7 +11,8 @@ of them are multiplied by one factor. The fit uses that split:
    system allocations; graph nodes per kernel is an axis of one value, 1) minimising |error| vs the runs' mean peak, then the earliest / latest
    timings, ``range_min_width``, ``range_low_share`` and ``peak_point_weight`` (``fit_lag``); then the host time between
    a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
-   the time model.
+   the time model. Last of the peak fields, how far below the structural floor the range may
+   reach (``fit_floor_margin``).
 3. **Time model**: a factor on the simulated eval time and a cost per graph array, minimising the
    mean |log(measured / simulated)| decode-step time (``fit_scale``; peaks do not move).
 """
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine import simulate_timeline
-from kvsim.peak_range import bound_range, peak_of, point_estimate
+from kvsim.peak_range import bound_range, floor_clamp, peak_of, point_estimate
 from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import (Observation, at_host_speed, compare, decode_step_s, pct_error, predict, reference_probe_s,
                             summarise)
@@ -51,6 +52,8 @@ MIN_WIDTH_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.34)  # candidates for 
 LOW_SHARE_GRID = (0.2, 0.3, 0.4, 0.5)  # candidates for range_low_share (ties keep the smallest)
 POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_weight
 GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
+# candidates for range_floor_margin; 1.0 is no floor (ties keep the smallest: the floor is a bound)
+FLOOR_MARGIN_GRID = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 1.0)
 EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
 ROBUST_SHRINK = 1.02  # tie-break: runs still inside when both range ends move 2% inwards
 RANDOM_STARTS = 8
@@ -195,6 +198,20 @@ def peak_table(observations: list[Observation], profiles: list[BackendProfile]) 
         return np.array(list(pool.map(point_peaks, itertools.repeat(observations), profiles, chunksize=4)), dtype=float)
 
 
+def run_matrix(observations: list[Observation]) -> np.ndarray:
+    """Every observation's run peaks, one row each, padded with NaN."""
+    runs = np.full((len(observations), max(len(o.peaks_bytes) for o in observations)), np.nan)
+    for i, o in enumerate(observations):
+        runs[i, : len(o.peaks_bytes)] = o.peaks_bytes
+    return runs
+
+
+def runs_inside(runs: np.ndarray, low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
+    """How many runs lie in their rows' ranges (rounded as ``estimate_peak`` rounds), with both ends
+    moved ``shrink``-fold inwards."""
+    return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
+
+
 @dataclass(frozen=True, slots=True)
 class _LagCandidate:
     """The best free timing at one device bandwidth: grid indices, range width, weight and losses."""
@@ -226,9 +243,7 @@ def fit_lag(observations: list[Observation], profile: BackendProfile, log: Log) 
         return replace(profile, device_bytes_per_s=bw, graph_nodes_per_kernel=n, completion_lag_s=lag,
                        host_malloc_bytes_per_s=rate)
 
-    runs = np.full((len(observations), max(len(o.peaks_bytes) for o in observations)), np.nan)
-    for i, o in enumerate(observations):
-        runs[i, : len(o.peaks_bytes)] = o.peaks_bytes
+    runs = run_matrix(observations)
 
     def best_at(table: np.ndarray) -> _LagCandidate:
         return min((_candidate(observations, runs, table, grid, point, profile) for point in range(len(grid))),
@@ -267,9 +282,6 @@ def _candidate(observations: list[Observation], runs: np.ndarray, table: np.ndar
     training hosts showed is a lower bound on a new host's), then the narrowest median range; then
     the weight whose predicted peaks have the least loss."""
 
-    def inside(low: np.ndarray, high: np.ndarray, shrink: float = 1.0) -> int:
-        return int(np.sum((runs >= np.ceil(low * shrink)[:, None]) & (runs <= np.floor(high / shrink)[:, None])))
-
     n_pt, lag_pt, rate_pt = grid[point]
     cost_pt = _host_cost(rate_pt)
     earlier = [g for g, (n, lag, rate) in enumerate(grid) if n >= n_pt and lag <= lag_pt and _host_cost(rate) >= cost_pt]
@@ -278,7 +290,7 @@ def _candidate(observations: list[Observation], runs: np.ndarray, table: np.ndar
     for lo, hi, min_width, share in itertools.product(earlier, later, MIN_WIDTH_GRID, LOW_SHARE_GRID):
         low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
                                 profile.range_max_width, share)
-        key = (-inside(low, high), -inside(low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
+        key = (-runs_inside(runs, low, high), -runs_inside(runs, low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
         if best is None or key < best[0]:
             best = (key, lo, hi, min_width, share)
     assert best is not None
@@ -310,6 +322,30 @@ def fit_barrier(observations: list[Observation], profile: BackendProfile, log: L
     return replace(profile, host_eval_call_s=best), 3 * len(EVAL_CALL_GRID_S) * len(barrier)
 
 
+def fit_floor_margin(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
+    """GPU: how far below the structural floor (``BackendProfile.floor_variant``) the range's low end
+    may reach (``range_floor_margin``, from ``FLOOR_MARGIN_GRID``): the margin whose clamped range
+    holds the most training runs, then the most with ``ROBUST_SHRINK`` room to spare, then the
+    smallest. The floor bounds how early frees land; what a margin covers is bytes the model does not
+    derive, so of equal margins the tightest leaves the most of the range above the floor. The
+    point and the other range fields are already fitted; the clamp moves only the range."""
+    variants = [profile, profile.variant("low"), profile.variant("high"), profile.floor_variant()]
+    fitted, early, late, floor = peak_table(observations, variants)
+    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
+                            profile.range_low_share)
+    runs = run_matrix(observations)
+
+    def held(margin: float) -> tuple[int, int]:
+        lo, hi = floor_clamp(low, high, floor, margin)
+        return runs_inside(runs, lo, hi), runs_inside(runs, lo, hi, ROBUST_SHRINK)
+
+    counts = {m: held(m) for m in FLOOR_MARGIN_GRID}
+    best = min(FLOOR_MARGIN_GRID, key=lambda m: (-counts[m][0], -counts[m][1], m))
+    log(f"floor: the range reaches at most {best:.1%} below the structural floor and holds {counts[best][0]} "
+        f"train runs ({counts[1.0][0]} with no floor)")
+    return replace(profile, range_floor_margin=best), len(variants) * len(observations)
+
+
 def _host_cost(bytes_per_s: float) -> float:
     """Host seconds per byte of a system allocation (rate 0 means free)."""
     return 0.0 if bytes_per_s == 0 else 1.0 / bytes_per_s
@@ -332,7 +368,8 @@ def fit_profile(
     if profile.is_gpu:  # free timing moves host time (system allocations), so it goes before the time model
         profile, lag_evals = fit_lag(train, profile, log)
         profile, barrier_evals = fit_barrier(train, profile, log)
-        evaluations += lag_evals + barrier_evals
+        profile, floor_evals = fit_floor_margin(train, profile, log)
+        evaluations += lag_evals + barrier_evals + floor_evals
     profile = fit_scale(train, profile, log)
     profile = replace(profile, status="fitted")
     rows = [compare(o, predict(o.scenario, profile), profile.is_gpu, probe_s) for o in train]

@@ -5,8 +5,8 @@ The event model runs three times: with the fitted free timing, with the earliest
 their weighted mean (``peak_point_weight`` on the fitted timing, the rest shared by the two ends):
 runs spread over free timings, so a run's mean peak lies between the three, and a scenario whose
 runs split between two modes is not predicted at one of them. Their spread, widened by
-``range_margin``, is the range, with two bounds (``range_min_width`` is fitted; ``range_low_share``
-is set from the held-out runs, see ``docs/validation.md``):
+``range_margin``, is the range, with two bounds (``range_min_width`` and ``range_low_share`` are
+fitted, see ``docs/validation.md``):
 
 - at most ``range_max_width`` wide (high / low): when the timings spread further, the window of
   that width with ``range_low_share`` of it (in log terms) below the point, moved inside the
@@ -15,6 +15,12 @@ is set from the held-out runs, see ``docs/validation.md``):
   run-to-run noise the model does not reproduce (a late handler in one growth step of one run)
   still moves a peak, and mostly upwards: frees can land much later than modelled, while how
   early they land is bounded by the command buffers' commits.
+
+That bound is the *floor*: a fourth run in which every command buffer frees its inputs the moment
+it is committed (``BackendProfile.floor_variant``). No run peaks below it but by bytes the model
+does not derive, so the range's low end is kept at or above ``1 - range_floor_margin`` of it
+(``floor_clamp``), and the width a centred range spent below the floor goes above it, where a late
+handler puts a run.
 """
 
 from __future__ import annotations
@@ -45,6 +51,15 @@ def bound_range(
     return low / widen**low_share, high * widen ** (1 - low_share)
 
 
+def floor_clamp(low: Any, high: Any, floor: Any, margin: float) -> tuple[Any, Any]:
+    """``(low, high)`` moved up, its width kept, where its low end lay below ``(1 - margin) x floor``:
+    numbers or numpy arrays."""
+    import numpy as np
+
+    raised = np.maximum(low, floor * (1 - margin))
+    return raised, high * (raised / low)
+
+
 def peak_of(engine: Engine) -> int:
     return max(run.peak_bytes for run in engine.timeline)
 
@@ -71,6 +86,9 @@ def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -
     early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
     low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
                             profile.range_low_share)
+    if profile.range_floor_margin < 1:
+        floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), record_events=False))
+        low, high = floor_clamp(low, high, floor, profile.range_floor_margin)
     low, high = math.ceil(low), math.floor(high)
     point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
     return PeakEstimate(min(max(point, low), high), low, high)

@@ -46,6 +46,8 @@ class BackendProfile:
     and kept between ``range_min_width`` and ``range_max_width`` (high / low) with
     ``range_low_share`` of a clip or widening below the point; the predicted peak
     weighs the fitted timing's peak by ``peak_point_weight`` against the two ends (``kvsim.peak_range``).
+    The range's low end stays at or above ``1 - range_floor_margin`` of the structural floor, the peak
+    when every command buffer frees its inputs the moment it is committed (``floor_variant``; 1: no floor).
 
     Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
     system rather than the buffer cache (``host_malloc_bytes_per_s``, 0 for free); device seconds per
@@ -82,6 +84,7 @@ class BackendProfile:
     range_min_width: float = 1.0
     range_max_width: float = 1.34
     range_low_share: float = 0.2
+    range_floor_margin: float = 1.0
     peak_point_weight: float = 1.0
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
@@ -114,6 +117,13 @@ class BackendProfile:
             "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
         })
 
+    def floor_variant(self) -> BackendProfile:
+        """The profile whose frees land as early as MLX's command buffers allow: the device takes no
+        time and handlers no lag, so each buffer completes and frees its inputs when it is committed.
+        Matmul workspaces (a measured lookup, not derived) are left out, so its peak is a floor."""
+        return replace(self, device_bytes_per_s=math.inf, device_dispatch_s=0.0, completion_lag_s=0.0,
+                       matmul_workspace="")
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -136,6 +146,7 @@ FITTED_FIELDS: tuple[str, ...] = (
     "host_malloc_bytes_per_s_high",
     "range_min_width",
     "range_low_share",
+    "range_floor_margin",
     "host_eval_call_s",
     "peak_point_weight",
     "host_probe_s",

@@ -176,3 +176,28 @@ def test_gpu_range_covers_spread_runs() -> None:
     assert peak.low_bytes <= peak.peak_bytes <= peak.high_bytes
     assert peak.high_bytes / peak.low_bytes <= profile.range_max_width
     assert sweeps == len(BANDWIDTH_GRID_BYTES_PER_S) * len(LAG_GRID_S) * len(NODES_GRID) * len(MALLOC_GRID_BYTES_PER_S)
+
+
+def test_floor_margin_takes_the_tightest_margin_that_holds_the_runs() -> None:
+    """Two runs on the structural floor and one lifted 30% by a late handler: the centred range misses
+    the late one; the fitted floor margin moves the range up to hold all three, and is the smallest
+    margin that keeps the floor runs 2% inside."""
+    from kvsim.engine import simulate_timeline
+    from kvsim.fit import fit_floor_margin
+    from kvsim.peak_range import estimate_peak, peak_of
+    from kvsim.profile import load_profile
+
+    obj = {"id": "floor", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"},
+           "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60},
+           "consumer": "sdpa"}
+    sc = parse_scenario(obj, "mlx-cuda")
+    profile = replace(load_profile("mlx-cuda"), range_floor_margin=1.0)
+    floor = peak_of(simulate_timeline(sc, profile.floor_variant(), False))
+    runs = (floor, floor, round(floor * 1.3))
+    obs = Observation(sc, "train", runs, (0, 0, 0), None, ())
+    centred = estimate_peak(sc, profile, simulate_timeline(sc, profile, False))
+    assert centred.high_bytes < runs[2]
+    fitted, sims = fit_floor_margin([obs], profile, lambda _: None)
+    assert fitted.range_floor_margin == 0.02 and sims == 4
+    peak = estimate_peak(sc, fitted, simulate_timeline(sc, fitted, False))
+    assert all(peak.low_bytes <= r <= peak.high_bytes for r in runs)

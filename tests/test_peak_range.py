@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvsim.engine import simulate_timeline
-from kvsim.peak_range import bound_range, estimate_peak, peak_of, point_estimate
+from kvsim.peak_range import bound_range, estimate_peak, floor_clamp, peak_of, point_estimate
 from kvsim.profile import DEFAULTS, load_profile
 from kvsim.scenario import parse_scenario
 
@@ -79,3 +79,42 @@ def test_gpu_estimate_spans_the_free_timings(weight: float) -> None:
     assert 1.1 - 1e-6 <= est.high_bytes / est.low_bytes <= profile.range_max_width
     expected = round(point_estimate(peak_of(engine), early, late, weight))
     assert est.peak_bytes == min(max(expected, est.low_bytes), est.high_bytes)
+
+
+@given(peaks, st.floats(1.0, 1.34), st.floats(0.5, 1.5), st.sampled_from((0.0, 0.02, 0.1, 1.0)))
+def test_floor_clamp_moves_the_range_up_to_the_floor(low: float, width: float, floor_share: float, margin: float) -> None:
+    high, floor = low * width, low * floor_share
+    new_low, new_high = floor_clamp(low, high, floor, margin)
+    assert new_low == max(low, floor * (1 - margin))  # raised only as far as the floor asks
+    assert new_high >= high and math.isclose(new_high / new_low, width)  # moved up whole
+    if margin == 1.0:
+        assert (new_low, new_high) == (low, high)
+
+
+SMALL = {"id": "small", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"},
+         "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60},
+         "consumer": "sdpa"}
+
+
+@pytest.mark.parametrize("obj", [SCENARIO, SMALL], ids=["timing-bound", "structure-bound"])
+def test_floor_is_the_earliest_timing(obj: dict) -> None:
+    """The floor variant frees as early as commits allow: its peak is at or below every timing's."""
+    profile = replace(load_profile("mlx-cuda"), completion_lag_high_s=5e-4)
+    sc = parse_scenario(obj, "mlx-cuda")
+    floor = peak_of(simulate_timeline(sc, profile.floor_variant(), False))
+    timings = [peak_of(simulate_timeline(sc, p, False)) for p in (profile, profile.variant("low"), profile.variant("high"))]
+    assert floor <= min(timings)
+
+
+def test_floor_margin_moves_the_gpu_range_up() -> None:
+    """Where the timings sit on the floor, a centred range reaches below it; the clamp moves it up."""
+    profile = replace(load_profile("mlx-cuda"), range_floor_margin=1.0)
+    sc = parse_scenario(SMALL, "mlx-cuda")
+    engine = simulate_timeline(sc, profile, False)
+    floor = peak_of(simulate_timeline(sc, profile.floor_variant(), False))
+    free = estimate_peak(sc, profile, engine)
+    clamped = estimate_peak(sc, replace(profile, range_floor_margin=0.02), engine)
+    assert free.low_bytes < floor * 0.98  # the centred range reaches below the floor
+    assert clamped.low_bytes == math.ceil(floor * 0.98) and clamped.high_bytes > free.high_bytes
+    assert clamped.peak_bytes == free.peak_bytes  # the point does not move
+    assert math.isclose(clamped.high_bytes / clamped.low_bytes, free.high_bytes / free.low_bytes, rel_tol=1e-6)
