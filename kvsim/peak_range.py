@@ -1,8 +1,8 @@
 """The predicted peak and the range it can fall in where frees are asynchronous (GPU backends).
 
-The event model runs three times: with the fitted free timing, with the earliest frees
-(``profile.variant("low")``) and with the latest (``variant("high")``). The predicted peak is
-their weighted mean (``peak_point_weight`` on the fitted timing, the rest shared by the two ends):
+The event model runs three times (four with a floor, below): with the fitted free timing, with
+the earliest frees (``profile.variant("low")``) and with the latest (``variant("high")``). The
+predicted peak is their weighted mean (``peak_point_weight`` on the fitted timing, the rest shared by the two ends):
 runs spread over free timings, so a run's mean peak lies between the three, and a scenario whose
 runs split between two modes is not predicted at one of them. Their spread, widened by
 ``range_margin``, is the range, with two bounds (``range_min_width`` and ``range_low_share`` are
