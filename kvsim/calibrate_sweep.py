@@ -206,8 +206,10 @@ SWEEPS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "train4": lambda: _holdout_dicts(HOLDOUT_SEED + 102, "train4-"),  # the same, measured with train3
     "holdout14": lambda: _holdout_dicts(HOLDOUT_SEED + 13, "holdout14-"),  # measured before the floor clamp
     "holdout15": lambda: _holdout_dicts(HOLDOUT_SEED + 14, "holdout15-"),  # the same
+    "holdout16": lambda: _holdout_dicts(HOLDOUT_SEED + 15, "holdout16-"),  # measured after the floor was committed
+    "holdout17": lambda: _holdout_dicts(HOLDOUT_SEED + 16, "holdout17-"),  # the same
 }
-ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", *range(2, 16))})
+ALL_VALIDATION = frozenset({f"holdout{n}" for n in ("", *range(2, 18))})
 ALL_TRAIN = frozenset({"train2", "train3", "train4"})  # every scenario in the train split
 
 

@@ -169,7 +169,7 @@ def test_default_sweep_runs_on_cpu(tmp_path: Path) -> None:
     assert len(records) == len(build_sweep("default"))
 
 
-RANDOM_SWEEPS = {**{f"holdout{n}": "validation" for n in ("", *range(2, 16))}, "train2": "train", "train3": "train",
+RANDOM_SWEEPS = {**{f"holdout{n}": "validation" for n in ("", *range(2, 18))}, "train2": "train", "train3": "train",
                  "train4": "train"}
 
 
