@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine import simulate_timeline
-from kvsim.peak_range import bound_range, floor_clamp, peak_of, point_estimate
+from kvsim.peak_range import bound_range, floor_clamp, peak_of, point_estimate, profile_range
 from kvsim.profile import FITTED_FIELDS, BackendProfile
 from kvsim.validate import (Observation, at_host_speed, compare, decode_step_s, pct_error, predict, reference_probe_s,
                             summarise)
@@ -290,7 +290,8 @@ def _candidate(observations: list[Observation], runs: np.ndarray, table: np.ndar
     for lo, hi, min_width, share in itertools.product(earlier, later, MIN_WIDTH_GRID, LOW_SHARE_GRID):
         low, high = bound_range(table[point], table[lo], table[hi], profile.range_margin, min_width,
                                 profile.range_max_width, share)
-        key = (-runs_inside(runs, low, high), -runs_inside(runs, low, high, ROBUST_SHRINK), -min_width, float(np.median(high / low)))
+        key = (-runs_inside(runs, low, high), -runs_inside(runs, low, high, ROBUST_SHRINK), -min_width,
+               float(np.median(high / low)))
         if best is None or key < best[0]:
             best = (key, lo, hi, min_width, share)
     assert best is not None
@@ -331,8 +332,7 @@ def fit_floor_margin(observations: list[Observation], profile: BackendProfile, l
     point and the other range fields are already fitted; the clamp moves only the range."""
     variants = [profile, profile.variant("low"), profile.variant("high"), profile.floor_variant()]
     fitted, early, late, floor = peak_table(observations, variants)
-    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
-                            profile.range_low_share)
+    low, high = profile_range(profile, fitted, early, late)
     runs = run_matrix(observations)
 
     def held(margin: float) -> tuple[int, int]:

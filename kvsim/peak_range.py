@@ -60,6 +60,13 @@ def floor_clamp(low: Any, high: Any, floor: Any, margin: float) -> tuple[Any, An
     return raised, high * (raised / low)
 
 
+def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, floor: Any = None) -> tuple[Any, Any]:
+    """``bound_range`` with ``profile``'s fields, then ``floor_clamp`` where a ``floor`` is given."""
+    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
+                            profile.range_low_share)
+    return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
+
+
 def peak_of(engine: Engine) -> int:
     return max(run.peak_bytes for run in engine.timeline)
 
@@ -84,11 +91,10 @@ def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -
     if not profile.is_gpu:
         return PeakEstimate(fitted, fitted, fitted)
     early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
-    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
-                            profile.range_low_share)
+    floor = None
     if profile.range_floor_margin < 1:
         floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), record_events=False))
-        low, high = floor_clamp(low, high, floor, profile.range_floor_margin)
+    low, high = profile_range(profile, fitted, early, late, floor)
     low, high = math.ceil(low), math.floor(high)
     point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
     return PeakEstimate(min(max(point, low), high), low, high)
