@@ -1,8 +1,10 @@
 """kvsim's growth policies as drop-in MLX caches (the only module family in ``policies`` importing MLX).
 
 ``cache_for(policy_dict)`` returns a fresh one-layer cache with mlx-lm's cache interface;
-``make_prompt_cache(model, policy=...)`` builds a whole model's list. Every capacity decision
-comes from the :mod:`policies.growth` policy object, the same arithmetic the simulator runs.
+``make_prompt_cache(model, policy=...)`` builds a whole model's list; ``save_prompt_cache`` /
+``load_prompt_cache`` keep the policy in prompt-cache files (:mod:`policies.mlx_files`), and
+:func:`policies.mlx_install.install` makes mlx-lm itself build them. Every capacity decision comes from
+the :mod:`policies.growth` policy object, the same arithmetic the simulator runs.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from policies.growth import (
     StepPolicy,
 )
 from policies.mlx_base import PolicyKVCache
+from policies.mlx_batch import BatchPolicyKVCache
+from policies.mlx_files import convert_prompt_cache, load_prompt_cache, save_prompt_cache
 from policies.mlx_quantized import QuantizedPolicyKVCache
 from policies.mlx_rotating import RotatingPolicyKVCache
 from policies.parse import policy_from_dict
 
 __all__ = [
+    "BatchPolicyKVCache",
     "FullKVCache",
     "GeometricKVCache",
     "LowPeakKVCache",
@@ -38,12 +43,15 @@ __all__ = [
     "RotatingPolicyKVCache",
     "StepKVCache",
     "cache_for",
+    "convert_prompt_cache",
+    "load_prompt_cache",
     "make_prompt_cache",
+    "save_prompt_cache",
 ]
 
 
 class _Quantizable(PolicyKVCache):
-    """``to_quantized`` as mlx-lm ``KVCache``'s (used by ``generate_step(kv_bits=...)``)."""
+    """The plain (unquantized, contiguous) caches: ``to_quantized`` and ``merge`` as mlx-lm ``KVCache``'s."""
 
     def to_quantized(self, group_size: int = 64, bits: int = 4) -> QuantizedPolicyKVCache:
         """A quantized cache of the whole capacity buffer (step 256 from then on), as mlx-lm does."""
@@ -54,6 +62,18 @@ class _Quantizable(PolicyKVCache):
             quant.values = tuple(mx.quantize(self.values, group_size=group_size, bits=bits))
         return quant
 
+    @classmethod
+    def merge(cls, caches: list[PolicyKVCache]) -> BatchPolicyKVCache:
+        """One left-padded batch cache of ``caches`` (mlx-lm ``KVCache.merge``); its ``extract`` gives the policy back."""
+        return BatchPolicyKVCache.merge(caches)
+
+
+class _SizesFirstBuffer(_Quantizable):
+    """A policy that sizes its first buffer: adopted rows (batch merge/extract) get that buffer."""
+
+    def _adopt_rows(self, rows: int) -> int:
+        return self.policy.grow(0, 0, rows).capacity_rows  # type: ignore[union-attr]
+
 
 class StepKVCache(_Quantizable):
     """mlx-lm ``KVCache`` exactly (same ops, same memory), with ``step`` from the policy."""
@@ -63,8 +83,12 @@ class StepKVCache(_Quantizable):
     def __init__(self, policy: StepPolicy | None = None) -> None:
         super().__init__(policy or StepPolicy())
 
+    @classmethod
+    def default_policy(cls, state: Any) -> StepPolicy:
+        return StepPolicy()
 
-class PreallocKVCache(_Quantizable):
+
+class PreallocKVCache(_SizesFirstBuffer):
     """mlx-lm PR #1038 ``KVCache(max_size=M)``: ``max(M, rows)`` zeros first, then step growth."""
 
     policy_name = "prealloc"
@@ -73,7 +97,7 @@ class PreallocKVCache(_Quantizable):
         super().__init__(policy)
 
 
-class GeometricKVCache(_Quantizable):
+class GeometricKVCache(_SizesFirstBuffer):
     """Seed rows, then multiply capacity by ``factor`` (capped); growth by concat with zeros."""
 
     policy_name = "geometric"
@@ -82,7 +106,7 @@ class GeometricKVCache(_Quantizable):
         super().__init__(policy)
 
 
-class FullKVCache(_Quantizable):
+class FullKVCache(_SizesFirstBuffer):
     """The whole context's rows on the first update; past it, exact-fit concat of the live rows."""
 
     policy_name = "full"
@@ -104,6 +128,10 @@ class LowPeakKVCache(_Quantizable):
     def __init__(self, policy: LowPeakPolicy | None = None) -> None:
         super().__init__(policy or LowPeakPolicy())
 
+    @classmethod
+    def default_policy(cls, state: Any) -> LowPeakPolicy:
+        return LowPeakPolicy()
+
     def _concat_grow(self, growth: Growth) -> None:
         self.keys = _grown_now(self.keys, growth)  # old K freed here, before V is touched
         self.values = _grown_now(self.values, growth)
@@ -118,7 +146,7 @@ def _grown_now(old: mx.array, growth: Growth) -> mx.array:
     return new
 
 
-_CLASSES: dict[str, type[PolicyKVCache]] = {
+CLASSES: dict[str, type[PolicyKVCache]] = {
     "step": StepKVCache,
     "prealloc": PreallocKVCache,
     "geometric": GeometricKVCache,
@@ -153,9 +181,9 @@ def cache_for(policy: Any, *, context_tokens: int | None = None, ratio: int = 1)
             "pass cache_for(policy, context_tokens=N) or set policy.context_tokens, got None"
         )
     made: GrowthPolicy = policy_from_dict(policy, ratio=ratio, context_tokens=context_tokens)
-    if made.name not in _CLASSES:
-        raise ValueError(f"policy.name: {made.name!r} has no MLX cache (known: {', '.join(_CLASSES)}), got {made.name!r}")
-    return _CLASSES[made.name](made)  # type: ignore[call-arg]
+    if made.name not in CLASSES:
+        raise ValueError(f"policy.name: {made.name!r} has no MLX cache (known: {', '.join(CLASSES)}), got {made.name!r}")
+    return CLASSES[made.name](made)  # type: ignore[call-arg]
 
 
 def make_prompt_cache(model: Any, policy: Any = None, max_context: int | None = None) -> list[Any]:

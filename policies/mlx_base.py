@@ -1,8 +1,9 @@
 """Shared parts of kvsim's MLX KV caches: input checks, policy (de)serialisation, the base class.
 
-Every cache here has mlx-lm's cache interface (``update_and_fetch``, ``state``, ``meta_state``,
-``from_state``, ``trim``, ``is_trimmable``, ``make_mask``, ``size``, ``empty``, ``nbytes``,
-``offset``) and takes every capacity decision from a :mod:`policies.growth` policy object.
+Every cache here has mlx-lm 0.32.2's cache interface (``update_and_fetch``, ``state`` in mlx-lm's
+form, ``from_state``, ``trim``, ``is_trimmable``, ``make_mask``, ``size``, ``empty``, ``nbytes``,
+``offset``, ``step``), plus ``meta_state`` (the policy as strings), pickles and deep-copies, and takes
+every capacity decision from a :mod:`policies.growth` policy object.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from mlx_lm.models.cache import create_attention_mask
 
 from policies import growth as _growth
 from policies.growth import Growth, GrowthPolicy, Mechanism
+from policies.parse import rows_field
 
 POLICY_CLASSES: dict[str, type] = {
     "step": _growth.StepPolicy,
@@ -104,6 +106,31 @@ def check_kv_pair(state: Any, where: str = "state") -> tuple[mx.array, mx.array]
     if keys.shape[:3] != values.shape[:3]:
         raise ValueError(f"{where}.values: shape {tuple(values.shape)} does not match keys {tuple(keys.shape)}")
     return keys, values
+
+
+def check_plain_state(state: Any) -> tuple[Any, Any, int]:
+    """mlx-lm 0.32.2 ``KVCache.state``: ``(keys, values, offset)``, ``offset`` within the buffer's rows.
+
+    ``(None, None, 0)`` is an empty cache; ``(keys, values)`` (the newer two-part form) means every row is live.
+    """
+    if isinstance(state, (tuple, list)) and len(state) == 3 and state[0] is None and state[1] is None:
+        if state[2] != 0:
+            raise ValueError(f"state.offset: an empty cache has offset 0, got {state[2]!r}")
+        return None, None, 0
+    if isinstance(state, (tuple, list)) and len(state) == 2:
+        keys, values = check_kv_pair(state)
+        return keys, values, int(keys.shape[2])
+    if not isinstance(state, (tuple, list)) or len(state) != 3:
+        raise ValueError(f"state: must be (keys, values, offset), got {type(state).__name__} of length {_len(state)}")
+    keys, values = check_kv_pair(state[:2])
+    return keys, values, check_offset(state[2], int(keys.shape[2]))
+
+
+def check_offset(offset: Any, rows: int, where: str = "state.offset") -> int:
+    """An offset is an integer in ``[0, rows]`` (the buffer's rows)."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= rows:
+        raise ValueError(f"{where}: must be an integer in [0, {rows}] (the buffer's rows), got {offset!r}")
+    return offset
 
 
 def _len(x: Any) -> Any:
@@ -216,22 +243,53 @@ class PolicyKVCache:
         self.offset -= n
         return n
 
-    # -- serialisation ----------------------------------------------------------------------------
+    # -- copying and batching -------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle/deepcopy without the cached update signature (it holds ``mx.Dtype``s, which do not pickle)."""
+        return {**self.__dict__, "_sig": None}
+
     @property
-    def state(self) -> tuple[mx.array, mx.array]:
-        """The live rows ``(keys, values)``, as mlx-lm's newer ``KVCache.state``."""
-        if self.keys is None:
-            raise ValueError(f"state: {type(self).__name__} is empty")
-        return self.keys_and_values()
+    def step(self) -> int | None:
+        """Rows one growth rounds to (mlx-lm ``KVCache.step``); ``None`` for a policy without a step."""
+        return getattr(self.policy, "step_rows", None)
+
+    @step.setter
+    def step(self, rows: Any) -> None:
+        if not hasattr(self.policy, "step_rows"):
+            raise ValueError(f"step: policy {self.policy.name!r} has no step, got {rows!r}")
+        self.policy = dataclasses.replace(self.policy, step_rows=rows_field({"step": rows}, "step", "cache"))  # type: ignore[type-var]
+
+    def _adopt_rows(self, rows: int) -> int:
+        """Capacity for ``rows`` adopted rows (batch merge/extract): exact, as mlx-lm's; a policy that
+        sizes its first buffer (prealloc, full, geometric) gets that buffer instead."""
+        return rows
+
+    @classmethod
+    def adopt(cls, keys: mx.array, values: mx.array, policy: GrowthPolicy) -> PolicyKVCache:
+        """A cache of ``policy`` holding exactly the rows ``keys``/``values`` (as mlx-lm's ``extract``)."""
+        cache = cls(policy)  # type: ignore[call-arg]
+        rows = int(keys.shape[2])
+        extra = cache._adopt_rows(rows) - rows
+        if extra > 0:
+            keys = mx.concatenate([keys, mx.zeros(_rows_shape(keys, extra), keys.dtype)], axis=2)
+            values = mx.concatenate([values, mx.zeros(_rows_shape(values, extra), values.dtype)], axis=2)
+        cache.keys, cache.values, cache.offset = mx.contiguous(keys), mx.contiguous(values), rows
+        return cache
+
+    # -- serialisation (mlx-lm 0.32.2 forms) ------------------------------------------------------
+    @property
+    def state(self) -> tuple[Any, Any, int]:
+        """``(keys, values, offset)`` with the whole buffers, as mlx-lm 0.32.2 ``KVCache.state``."""
+        return self.keys, self.values, self.offset
 
     @state.setter
     def state(self, v: Any) -> None:
-        self.keys, self.values = check_kv_pair(v)
-        self.offset = int(self.keys.shape[2])
+        self.keys, self.values, self.offset = check_plain_state(v)
         self._sig = None
 
     @property
     def meta_state(self) -> tuple[str, ...]:
+        """``(policy name, policy JSON)``: strings, so they fit safetensors metadata."""
         return policy_meta(self.policy)
 
     @meta_state.setter
@@ -239,11 +297,19 @@ class PolicyKVCache:
         self.policy = policy_from_meta(v, self.policy_name)
 
     @classmethod
-    def from_state(cls, state: Any, meta_state: Any) -> PolicyKVCache:
-        """A cache holding ``state``; ``meta_state`` carries the policy and must name this class's."""
+    def default_policy(cls, state: Any) -> GrowthPolicy:
+        """The policy ``from_state`` uses without a meta state; only parameterless policies have one."""
+        raise ValueError(f"meta_state: a {cls.policy_name!r} cache needs its policy (policy name, policy JSON), got None")
+
+    @classmethod
+    def from_state(cls, state: Any, meta_state: Any = None) -> PolicyKVCache:
+        """A cache holding ``state`` (mlx-lm's one-argument call works); ``meta_state`` carries the policy."""
         obj = cls.__new__(cls)
         obj.keys, obj.values, obj.offset, obj._sig = None, None, 0, None
-        obj.meta_state = meta_state
+        if meta_state is None:
+            obj.policy = cls.default_policy(state)
+        else:
+            obj.meta_state = meta_state
         obj.state = state
         return obj
 

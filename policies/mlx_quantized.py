@@ -11,7 +11,8 @@ from typing import Any
 import mlx.core as mx
 
 from policies.growth import Growth, Mechanism, QuantizedPolicy
-from policies.mlx_base import PolicyKVCache, check_update
+from policies.mlx_base import PolicyKVCache, _len, check_offset, check_update
+from policies.parse import policy_from_dict
 
 Triple = tuple[mx.array, mx.array, mx.array]
 
@@ -100,20 +101,31 @@ class QuantizedPolicyKVCache(PolicyKVCache):
         return 0 if self.keys is None else sum(x.nbytes for x in (*self.keys, *self.values))
 
     @property
-    def state(self) -> tuple[Triple, Triple]:  # type: ignore[override]
-        if self.keys is None:
-            raise ValueError("state: QuantizedPolicyKVCache is empty")
-        return self.keys_and_values()
+    def state(self) -> tuple[Any, ...]:
+        """``(keys, values, offset, group_size, bits)`` with whole buffers, as mlx-lm 0.32.2 ``QuantizedKVCache``."""
+        return self.keys, self.values, self.offset, self.group_size, self.bits
 
     @state.setter
     def state(self, v: Any) -> None:
-        if not isinstance(v, (tuple, list)) or len(v) != 2:
-            raise ValueError(f"state: must be (keys, values) of (packed, scales, biases), got {type(v).__name__}")
-        for label, part in zip(("keys", "values"), v):
+        if not isinstance(v, (tuple, list)) or len(v) != 5:
+            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(v).__name__} of length {_len(v)}")
+        if (v[3], v[4]) != (self.group_size, self.bits):
+            raise ValueError(f"state: group_size, bits {(v[3], v[4])!r} differ from the policy's {(self.group_size, self.bits)!r}")
+        if v[0] is None and v[1] is None:
+            self.keys, self.values, self.offset = None, None, check_offset(v[2], 0)
+            return
+        for label, part in zip(("keys", "values"), v[:2]):
             ok = isinstance(part, (tuple, list)) and len(part) == 3
             if not ok or not all(isinstance(x, mx.array) and x.ndim == 4 for x in part):
                 raise ValueError(f"state.{label}: must be 3 4-D arrays (packed, scales, biases), not a plain-cache state")
             if part[0].dtype != mx.uint32 or len({x.shape[2] for x in part}) != 1:
                 raise ValueError(f"state.{label}: packed data must be uint32 with rows matching scales and biases")
         self.keys, self.values = tuple(v[0]), tuple(v[1])
-        self.offset = int(self.keys[0].shape[2])
+        self.offset = check_offset(v[2], int(self.keys[0].shape[2]))
+
+    @classmethod
+    def default_policy(cls, state: Any) -> QuantizedPolicy:
+        """Without a meta state the policy is the state's own ``group_size`` and ``bits`` (step 256)."""
+        if not isinstance(state, (tuple, list)) or len(state) != 5:
+            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(state).__name__} of length {_len(state)}")
+        return policy_from_dict({"name": "quantized", "group_size": state[3], "bits": state[4]}, where="state")  # type: ignore[return-value]

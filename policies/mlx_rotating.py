@@ -13,7 +13,9 @@ import mlx.core as mx
 from mlx_lm.models.cache import RotatingKVCache
 
 from policies.growth import Mechanism, RotatingPolicy
-from policies.mlx_base import PolicyKVCache, check_kv_pair, check_trim, policy_from_meta, policy_meta
+from policies.mlx_base import PolicyKVCache, _len, check_kv_pair, check_offset, check_trim
+from policies.mlx_batch import BatchRotatingPolicyKVCache
+from policies.parse import policy_from_dict
 
 
 class RotatingPolicyKVCache(PolicyKVCache):
@@ -102,27 +104,38 @@ class RotatingPolicyKVCache(PolicyKVCache):
         self._idx -= n
         return n
 
+    def to_quantized(self, group_size: int = 64, bits: int = 4) -> Any:
+        raise NotImplementedError("RotatingKVCache Quantization NYI")  # as mlx-lm's RotatingKVCache
+
+    @classmethod
+    def merge(cls, caches: list[Any]) -> BatchRotatingPolicyKVCache:
+        """mlx-lm ``RotatingKVCache.merge``; the batch's ``extract`` gives rotating policy caches back."""
+        return BatchRotatingPolicyKVCache.merge(caches)
+
     @property
-    def state(self) -> tuple[mx.array, mx.array]:
-        if self.keys is None:
-            raise ValueError("state: RotatingPolicyKVCache is empty")
-        return self.keys_and_values()
+    def state(self) -> tuple[Any, ...]:
+        """``(keys, values, offset, keep, max_size, _idx)``, as mlx-lm 0.32.2 ``RotatingKVCache.state``."""
+        return self.keys, self.values, self.offset, self.keep, self.max_size, self._idx
 
     @state.setter
     def state(self, v: Any) -> None:
-        self.keys, self.values = check_kv_pair(v)
+        if not isinstance(v, (tuple, list)) or len(v) != 6:
+            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(v).__name__} of length {_len(v)}")
+        keys, values = (None, None) if v[0] is None and v[1] is None else check_kv_pair(v[:2])
+        offset, keep, max_size, idx = v[2:]
+        if (keep, max_size) != (self.keep, self.max_size):
+            raise ValueError(f"state: keep, max_size {(keep, max_size)!r} differ from the policy's {(self.keep, self.max_size)!r}")
+        rows = 0 if keys is None else int(keys.shape[2])
+        for label, x in (("offset", offset), ("idx", idx)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ValueError(f"state.{label}: must be a non-negative integer, got {x!r}")
+        check_offset(idx, rows, "state.idx")
+        self.keys, self.values, self.offset, self._idx = keys, values, offset, idx
         self._sig = None
 
-    @property
-    def meta_state(self) -> tuple[str, ...]:
-        return (*policy_meta(self.policy), str(self.offset), str(self._idx))
-
-    @meta_state.setter
-    def meta_state(self, v: Any) -> None:
-        self.policy = policy_from_meta(v, self.policy_name)
-        if len(v) != 4:
-            raise ValueError(f"meta_state: rotating needs (name, policy, offset, idx), got {len(v)} entries")
-        try:
-            self.offset, self._idx = int(v[2]), int(v[3])
-        except ValueError:
-            raise ValueError(f"meta_state: offset and idx must be integers, got {v[2]!r}, {v[3]!r}") from None
+    @classmethod
+    def default_policy(cls, state: Any) -> RotatingPolicy:
+        """Without a meta state the policy is the state's own ``max_size`` and ``keep`` (step 256)."""
+        if not isinstance(state, (tuple, list)) or len(state) != 6:
+            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(state).__name__} of length {_len(state)}")
+        return policy_from_dict({"name": "rotating", "max_size": state[4], "keep": state[3]}, where="state")  # type: ignore[return-value]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 from kvsim.measure import kvsim_cache, reference_cache, run_reference  # noqa: E402
 from kvsim.scenario import parse_scenario  # noqa: E402
 from policies.mlx import (  # noqa: E402
+    FullKVCache,
     LowPeakKVCache,
     QuantizedPolicyKVCache,
     RotatingPolicyKVCache,
@@ -60,6 +61,8 @@ def kv(rows: int, batch: int = 1, heads: int = 2, dim: int = 32, dtype: str = "f
 def same(a: Any, b: Any) -> bool:
     if isinstance(a, tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if not isinstance(a, mx.array):  # the offset, keep, max_size ... of a state
+        return a == b
     return a.shape == b.shape and a.dtype == b.dtype and bool(mx.array_equal(a, b))
 
 
@@ -200,11 +203,27 @@ def test_state_from_another_policy_is_rejected() -> None:
     for c in (step, quant, rot):
         c.update_and_fetch(*kv(8, dim=64))
     one_line_error(lambda: LowPeakKVCache.from_state(step.state, step.meta_state), "cannot load into a 'lowpeak'")
-    one_line_error(lambda: StepKVCache.from_state(quant.state, ("step", "{}")), "state.keys: must be a 4-D")
-    one_line_error(lambda: QuantizedPolicyKVCache.from_state(step.state, quant.meta_state), "state.keys: must be 3")
-    one_line_error(lambda: RotatingPolicyKVCache.from_state(rot.state, rot.meta_state[:2]), "rotating needs")
+    one_line_error(lambda: StepKVCache.from_state(quant.state, ("step", "{}")), r"state: must be \(keys, values, offset\)")
+    one_line_error(lambda: StepKVCache.from_state((*step.state[:2], 300)), r"state.offset: must be an integer in \[0, 256\]")
+    one_line_error(lambda: QuantizedPolicyKVCache.from_state(step.state, quant.meta_state), "state: quantized needs")
+    one_line_error(lambda: QuantizedPolicyKVCache.from_state((*quant.state[:3], 64, 4), quant.meta_state), "differ from the policy")
+    one_line_error(lambda: RotatingPolicyKVCache.from_state(step.state, rot.meta_state), "state: rotating needs")
+    one_line_error(lambda: RotatingPolicyKVCache.from_state((*rot.state[:4], 64, 8), rot.meta_state), "differ from the policy")
     one_line_error(lambda: StepKVCache.from_state(step.state, ("step", "{not json")), "bad 'step' policy fields")
-    one_line_error(lambda: StepKVCache.from_state(step.state, None), "meta_state: must start with")
+    one_line_error(lambda: StepKVCache.from_state(step.state, 5), "meta_state: must start with")
+    one_line_error(lambda: FullKVCache.from_state(step.state), "meta_state: a 'full' cache needs its policy")
+
+
+def test_one_argument_from_state_as_mlx_lm_calls_it() -> None:
+    """mlx-lm's loader calls ``from_state(state)``: parameterless policies and self-describing states load."""
+    step, quant, rot = StepKVCache(), cache_for({"name": "quantized", "bits": 4}), cache_for({"name": "rotating", "max_size": 32, "keep": 2})
+    for c in (step, quant, rot):
+        c.update_and_fetch(*kv(40, dim=64))
+    for c in (step, quant, rot):
+        back = type(c).from_state(c.state)
+        assert back.policy == c.policy and same(back.state, c.state)
+    empty = StepKVCache.from_state(lm_cache.KVCache().state)
+    assert empty.empty() and empty.offset == 0 and empty.state == (None, None, 0)
 
 
 def test_wrapped_rotating_cache_refuses_trim() -> None:
