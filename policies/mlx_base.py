@@ -98,7 +98,7 @@ def check_trim(n: Any) -> int:
 def check_kv_pair(state: Any, where: str = "state") -> tuple[mx.array, mx.array]:
     """``(keys, values)`` of two 4-D arrays agreeing in (batch, kv_heads, rows)."""
     if not isinstance(state, (tuple, list)) or len(state) != 2:
-        raise ValueError(f"{where}: must be (keys, values), got {type(state).__name__} of length {_len(state)}")
+        raise ValueError(f"{where}: must be (keys, values), got {type(state).__name__} of length {length_of(state)}")
     keys, values = state
     for label, x in (("keys", keys), ("values", values)):
         if not isinstance(x, mx.array) or x.ndim != 4:
@@ -121,7 +121,7 @@ def check_plain_state(state: Any) -> tuple[Any, Any, int]:
         keys, values = check_kv_pair(state)
         return keys, values, int(keys.shape[2])
     if not isinstance(state, (tuple, list)) or len(state) != 3:
-        raise ValueError(f"state: must be (keys, values, offset), got {type(state).__name__} of length {_len(state)}")
+        raise ValueError(f"state: must be (keys, values, offset), got {type(state).__name__} of length {length_of(state)}")
     keys, values = check_kv_pair(state[:2])
     return keys, values, check_offset(state[2], int(keys.shape[2]))
 
@@ -133,7 +133,8 @@ def check_offset(offset: Any, rows: int, where: str = "state.offset") -> int:
     return offset
 
 
-def _len(x: Any) -> Any:
+def length_of(x: Any) -> Any:
+    """``len(x)`` for an error message, ``"n/a"`` when it has none."""
     try:
         return len(x)
     except TypeError:

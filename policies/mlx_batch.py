@@ -66,6 +66,13 @@ class BatchPolicyKVCache(BatchKVCache):
         self.values[..., prev : self._idx, :] = values
         return self.keys_and_values()
 
+    def extend(self, other: Any) -> None:
+        """mlx-lm ``BatchKVCache.extend``, for a batch of the same policy only (its sequences would take it)."""
+        if not isinstance(other, BatchPolicyKVCache) or other.policy != self.policy:
+            found = getattr(other, "policy", type(other).__name__)
+            raise ValueError(f"caches: a batch of {self.policy} cannot extend with {found}; install one policy for all")
+        super().extend(other)
+
     def extract(self, idx: int) -> PolicyKVCache:
         """Sequence ``idx``'s live rows as a cache of the policy (mlx-lm returns a plain ``KVCache``)."""
         mx.eval(self.left_padding)
@@ -117,6 +124,13 @@ class BatchRotatingPolicyKVCache(BatchRotatingKVCache):
         self.policy = policy  # the rotating policy (set by ``merge``)
         if policy is not None:
             self.step = policy.step_rows  # type: ignore[attr-defined]
+
+    def extend(self, other: Any) -> None:
+        """mlx-lm ``BatchRotatingKVCache.extend``, for a batch of the same policy only."""
+        if not isinstance(other, BatchRotatingPolicyKVCache) or other.policy != self.policy:
+            found = getattr(other, "policy", type(other).__name__)
+            raise ValueError(f"caches: a batch of {self.policy} cannot extend with {found}; install one policy for all")
+        super().extend(other)
 
     def extract(self, idx: int) -> PolicyKVCache:
         from policies.mlx_rotating import RotatingPolicyKVCache  # the rotating module imports this one

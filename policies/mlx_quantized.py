@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 
 from policies.growth import Growth, Mechanism, QuantizedPolicy
-from policies.mlx_base import PolicyKVCache, _len, check_offset, check_update
+from policies.mlx_base import PolicyKVCache, check_offset, check_update, length_of
 from policies.parse import policy_from_dict
 
 Triple = tuple[mx.array, mx.array, mx.array]
@@ -108,7 +108,7 @@ class QuantizedPolicyKVCache(PolicyKVCache):
     @state.setter
     def state(self, v: Any) -> None:
         if not isinstance(v, (tuple, list)) or len(v) != 5:
-            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(v).__name__} of length {_len(v)}")
+            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(v).__name__} of length {length_of(v)}")
         if (v[3], v[4]) != (self.group_size, self.bits):
             raise ValueError(f"state: group_size, bits {(v[3], v[4])!r} differ from the policy's {(self.group_size, self.bits)!r}")
         if v[0] is None and v[1] is None:
@@ -127,5 +127,5 @@ class QuantizedPolicyKVCache(PolicyKVCache):
     def default_policy(cls, state: Any) -> QuantizedPolicy:
         """Without a meta state the policy is the state's own ``group_size`` and ``bits`` (step 256)."""
         if not isinstance(state, (tuple, list)) or len(state) != 5:
-            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(state).__name__} of length {_len(state)}")
+            raise ValueError(f"state: quantized needs (keys, values, offset, group_size, bits), got {type(state).__name__} of length {length_of(state)}")
         return policy_from_dict({"name": "quantized", "group_size": state[3], "bits": state[4]}, where="state")  # type: ignore[return-value]

@@ -13,7 +13,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import RotatingKVCache
 
 from policies.growth import Mechanism, RotatingPolicy
-from policies.mlx_base import PolicyKVCache, _len, check_kv_pair, check_offset, check_trim
+from policies.mlx_base import PolicyKVCache, check_kv_pair, check_offset, check_trim, length_of
 from policies.mlx_batch import BatchRotatingPolicyKVCache
 from policies.parse import policy_from_dict
 
@@ -120,7 +120,7 @@ class RotatingPolicyKVCache(PolicyKVCache):
     @state.setter
     def state(self, v: Any) -> None:
         if not isinstance(v, (tuple, list)) or len(v) != 6:
-            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(v).__name__} of length {_len(v)}")
+            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(v).__name__} of length {length_of(v)}")
         keys, values = (None, None) if v[0] is None and v[1] is None else check_kv_pair(v[:2])
         offset, keep, max_size, idx = v[2:]
         if (keep, max_size) != (self.keep, self.max_size):
@@ -137,5 +137,5 @@ class RotatingPolicyKVCache(PolicyKVCache):
     def default_policy(cls, state: Any) -> RotatingPolicy:
         """Without a meta state the policy is the state's own ``max_size`` and ``keep`` (step 256)."""
         if not isinstance(state, (tuple, list)) or len(state) != 6:
-            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(state).__name__} of length {_len(state)}")
+            raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(state).__name__} of length {length_of(state)}")
         return policy_from_dict({"name": "rotating", "max_size": state[4], "keep": state[3]}, where="state")  # type: ignore[return-value]

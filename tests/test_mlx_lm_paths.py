@@ -299,6 +299,41 @@ def test_batch_generator_with_history_keeps_the_policy(loaded: Any, policy: dict
             assert a.offset == b.offset and same(a.keys_and_values(), b.keys_and_values())
 
 
+def staggered_run(model: Any, make: Any) -> tuple[list[list[int]], list[Any]]:
+    """A second sequence joins a batch already decoding, so mlx-lm extends the batch caches."""
+    gen = lm_generate.BatchGenerator(model, max_tokens=10, prefill_step_size=64)
+    first = make()
+    model(mx.array([[(i * 7) % 98 + 3 for i in range(250)]]), cache=first)
+    uids = gen.insert([[5, 6, 7, 8]], caches=[first])
+    tokens: dict[int, list[int]] = {}
+    finished: dict[int, Any] = {}
+    for step in range(40):
+        if step == 3:
+            uids += gen.insert([[(i * 3) % 98 + 3 for i in range(70)]], caches=[make()])
+        for r in gen.next()[1]:
+            tokens.setdefault(r.uid, []).append(r.token)
+            if r.finish_reason is not None:
+                finished[r.uid] = r.prompt_cache
+        if len(finished) == len(uids) == 2:
+            break
+    gen.close()
+    return [tokens[u] for u in uids], [finished[u] for u in uids]
+
+
+@pytest.mark.parametrize("policy", [{"name": "lowpeak"}, {"name": "prealloc", "max_size": 300}, ROTATING], ids=pid)
+def test_batch_generator_extends_a_running_batch(loaded: Any, policy: dict[str, Any]) -> None:
+    model, _ = loaded
+    ours, ours_caches = staggered_run(model, lambda: pmlx.make_prompt_cache(model, policy=policy))
+    theirs, theirs_caches = staggered_run(model, lambda: [mlx_lm_twin(policy) for _ in model.layers])
+    assert ours == theirs and all(len(t) == 10 for t in ours)
+    for caches, twins in zip(ours_caches, theirs_caches):
+        assert all(c.policy_name == policy["name"] and c.offset == t.offset for c, t in zip(caches, twins))
+    batch = type(ours_caches[0][0]).merge([ours_caches[0][0]])
+    plain = type(theirs_caches[0][0]).merge([theirs_caches[0][0]])
+    with pytest.raises(ValueError, match=r"cannot extend with .*install one policy for all"):
+        batch.extend(plain)
+
+
 def test_quantized_history_is_refused_like_mlx_lm(loaded: Any) -> None:
     """mlx-lm's ``QuantizedKVCache`` has no ``merge``; the quantized policy cache is refused the same way."""
     model, _ = loaded
