@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import statistics
 
-from kvsim.engine import Engine, simulate_timeline
-from kvsim.peak_range import PeakEstimate, estimate_peak
-from kvsim.profile import BackendProfile, load_profile
-from kvsim.result import SimResult, Summary
-from kvsim.scenario import Scenario
+from kvsim.scenario.parse import Scenario
+from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.peak_range import PeakEstimate, estimate_peak
+from kvsim.sim.profile import BackendProfile, load_profile
+from kvsim.sim.result import SimResult, Summary
 
 
 def simulate(

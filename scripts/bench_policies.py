@@ -1,6 +1,6 @@
 """Every growth policy side by side on real MLX: peak, peak over steady, over-allocation, speed.
 
-Runs the contract's reference workload (``kvsim.measure.run_reference``) for each policy, in
+Runs the contract's reference workload (``kvsim.calibration.measure.run_reference``) for each policy, in
 A B B A order (every policy twice, the second pass reversed, after one unrecorded warm-up run
 per workload), prints a table and writes
 ``<out>/<backend>-mlx<version>-<yyyymmdd>.json`` atomically.
@@ -28,8 +28,8 @@ import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 from mlx_lm.models import cache as lm_cache  # noqa: E402
 
-from kvsim.measure import device_info, mlx_backend_name, run_reference  # noqa: E402
-from kvsim.scenario import Scenario, parse_scenario  # noqa: E402
+from kvsim.calibration.measure import device_info, mlx_backend_name, run_reference  # noqa: E402
+from kvsim.scenario.parse import Scenario, parse_scenario  # noqa: E402
 from policies.mlx import cache_for  # noqa: E402
 
 MIB = 1 << 20

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from kvsim.api import simulate
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
 
 DS4 = {"preset": "deepseek-v4-flash"}
 GEOMETRIC = {"name": "geometric", "seed_rows": 4096, "cap": "context", "slack_rows": 2}

@@ -16,10 +16,10 @@ print("default_device", mx.default_device(), "gpu_available", mx.is_available(mx
 print("device_info", json.dumps(mx.device_info(), default=str))
 a = mx.random.normal((1024, 1024)); mx.eval(a @ a); mx.synchronize()
 print("matmul ok; active", mx.get_active_memory(), "peak", mx.get_peak_memory())
-from kvsim.measure import device_info
+from kvsim.calibration.measure import device_info
 print("kvsim device_info", json.dumps(device_info()))
 PY
-timeout "$budget_s" "$py" -m kvsim.calibrate --out "$out" --repeats "$repeats" --no-progress "$@" 2>&1 | tee "$out/calibrate.log"
+timeout "$budget_s" "$py" -m kvsim.cli calibrate --out "$out" --repeats "$repeats" --no-progress "$@" 2>&1 | tee "$out/calibrate.log"
 echo "calibrate exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
 if [ -f scripts/bench_policies.py ]; then
   timeout "${BENCH_TIMEOUT_S:-90}" "$py" scripts/bench_policies.py --out "$out" 2>&1 | tee "$out/bench.log"

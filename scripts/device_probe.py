@@ -82,8 +82,8 @@ def commit_probe(ops: str | None) -> None:
                 subprocess.run([sys.executable, __file__, "commit", value], check=False,
                                env={**os.environ, "MLX_MAX_OPS_PER_BUFFER": value})
         return
-    from kvsim.measure import run_reference
-    from kvsim.scenario import parse_scenario
+    from kvsim.calibration.measure import run_reference
+    from kvsim.scenario.parse import parse_scenario
 
     m = run_reference(parse_scenario(SCENARIO))
     print(json.dumps({"probe": "commit", "max_ops": int(ops), "peak": m.peak_bytes,
@@ -269,8 +269,8 @@ def graphs_probe(ids: list[str]) -> None:
 
 
 def graphs_child(d: str) -> None:
-    import kvsim.measure as measure
-    from kvsim.scenario import parse_scenario
+    import kvsim.calibration.measure as measure
+    from kvsim.scenario.parse import parse_scenario
 
     marks: list[int] = []  # dot files written before the first step, then after each step
 

@@ -24,7 +24,7 @@ for spec in "$@"; do
     cp "$resume" "$out/$sweep/"
     tag=$(basename "$resume" .jsonl); date_args=(--date "${tag##*-}")
   fi
-  timeout "$share" "$py" -m kvsim.calibrate --sweep "$sweep" --out "$out/$sweep" --repeats "$repeats" \
+  timeout "$share" "$py" -m kvsim.cli calibrate --sweep "$sweep" --out "$out/$sweep" --repeats "$repeats" \
     "${date_args[@]}" --no-progress 2>&1 | tail -3
   echo "$sweep done after $(( $(date +%s) - t0 )) s"
 done

@@ -16,7 +16,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from kvsim.datafile import read_calibration
+from kvsim.calibration.datafile import read_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = {"mlx-cpu": "CPU (this 2-core x86 machine)", "mlx-cuda": "CUDA (NVIDIA H200)"}

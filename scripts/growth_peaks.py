@@ -20,10 +20,10 @@ import statistics
 import tempfile
 
 from kvsim.api import simulate
-from kvsim.measure import device_info, run_reference
-from kvsim.result import step_peaks_bytes
-from kvsim.scenario import parse_scenario
-from kvsim.spec import DTYPE_BYTES
+from kvsim.calibration.measure import device_info, run_reference
+from kvsim.scenario.parse import parse_scenario
+from kvsim.scenario.spec import DTYPE_BYTES
+from kvsim.sim.result import step_peaks_bytes
 
 SHAPES = [(4, 8, 128, "float16"), (8, 8, 128, "bfloat16"), (12, 8, 128, "float16"), (16, 4, 128, "float16"),
           (24, 8, 64, "bfloat16"), (32, 8, 128, "bfloat16"), (48, 2, 128, "float16"), (32, 1, 512, "float16")]
@@ -84,7 +84,7 @@ mlx-lm's `KVCache` grows by concatenating 256 zero rows to every layer's K and V
 and new buffers are live during the concatenation, so a growth step costs `N·(new + old)`; the review answered that
 old buffers are freed as they go, so it costs `N·new + old`. We measured it.
 
-**How.** `python scripts/growth_peaks.py` runs the contract's reference workload (`kvsim.measure.run_reference`:
+**How.** `python scripts/growth_peaks.py` runs the contract's reference workload (`kvsim.calibration.measure.run_reference`:
 `mx.reset_peak_memory()`, one `mx.eval` per step, `mx.synchronize()`, counters read after each step) with mlx-lm
 {dev.get('mlx_lm_version')}'s own `KVCache` (step 256) on MLX {dev['mlx_version']}'s CPU backend ({dev['os']},
 {dev['machine']}), for 8 model shapes (4 to 48 layers), a 1000-token prompt in 512-token chunks and 1100 decode

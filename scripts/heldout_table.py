@@ -19,10 +19,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kvsim.datafile import CalibrationFileError, calibration_paths
-from kvsim.profile import load_profile, profile_from_file
-from kvsim.scenario import ScenarioError
-from kvsim.validate import GPU_POINT_MAX_PCT, load_observations, validate
+from kvsim.calibration.datafile import CalibrationFileError, calibration_paths
+from kvsim.calibration.validate import GPU_POINT_MAX_PCT, load_observations, validate
+from kvsim.scenario.parse import ScenarioError
+from kvsim.sim.profile import load_profile, profile_from_file
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 SHIPPED = "shipped"

@@ -21,11 +21,11 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvsim.engine import simulate_timeline
-from kvsim.peak_range import point_estimate
-from kvsim.profile import BackendProfile, load_profile
-from kvsim.result import step_peaks_bytes
-from kvsim.scenario import Scenario, parse_scenario
+from kvsim.scenario.parse import Scenario, parse_scenario
+from kvsim.sim.engine import simulate_timeline
+from kvsim.sim.peak_range import point_estimate
+from kvsim.sim.profile import BackendProfile, load_profile
+from kvsim.sim.result import step_peaks_bytes
 
 MIB = 2**20
 EVENT_SHARE, EVENT_MIN_BYTES = 0.05, MIB // 2

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvsim.dashboard.config import make_inputs
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -154,7 +154,7 @@ def test_calibration_view_without_and_with_data(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("KVSIM_CALIBRATION_DIR", str(tmp_path))
     empty = run("Calibration")
     assert any("No calibration data yet" in i.value for i in empty.info)
-    from kvsim.calibrate import calibrate
+    from kvsim.calibration.calibrate import calibrate
 
     calibrate(tmp_path, sweep="default", limit=1, progress=False)  # one real MLX run
     at = run("Calibration")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate import SkipWarning, cache_factory_for, calibrate
-from kvsim.calibrate_sweep import SWEEPS, build_sweep
-from kvsim.cli_calibrate import standalone_main
-from kvsim.datafile import read_calibration
-from kvsim.scenario import parse_scenario
+from kvsim.calibration.calibrate import SkipWarning, cache_factory_for, calibrate
+from kvsim.calibration.datafile import read_calibration
+from kvsim.calibration.sweep import SWEEPS, build_sweep
+from kvsim.cli.calibrate import standalone_main
+from kvsim.scenario.parse import parse_scenario
 from policies.growth import StepPolicy
 
 pytest.importorskip("mlx.core")

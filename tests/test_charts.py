@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kvsim.dashboard import charts
-from kvsim.result import SimResult, Summary, TimelineRun
+from kvsim.sim.result import SimResult, Summary, TimelineRun
 
 MIB = 1 << 20
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.engine import Engine
-from kvsim.profile import load_profile
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim.engine import Engine
+from kvsim.sim.profile import load_profile
 
 PROBES = sorted(Path(__file__).resolve().parents[1].glob("data/probes/mlx-cuda-*-graphs-probe.jsonl"))
 RECORDS = [json.loads(line) for path in PROBES for line in path.read_text().splitlines() if line.strip()]

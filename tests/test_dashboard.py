@@ -11,7 +11,7 @@ from kvsim.dashboard.breakdown import layer_rows, steps_through
 from kvsim.dashboard.config import make_inputs
 from kvsim.dashboard.devices import DEVICES, GIB, device_limit_bytes
 from kvsim.dashboard.params import parse_cap
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
 
 
 def test_layers_round_trip_through_the_url_encoding() -> None:
@@ -137,7 +137,7 @@ def test_breakdown_capacity_and_used_rows() -> None:
 
 
 def test_contract_layers_keep_every_preset_field() -> None:
-    from kvsim.presets import PRESET_NAMES, load_preset
+    from kvsim.scenario.presets import PRESET_NAMES, load_preset
 
     for name in PRESET_NAMES:
         model = load_preset(name)

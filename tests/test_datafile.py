@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.datafile import (
+from kvsim.calibration.datafile import (
     FORMAT,
     CalibrationFileError,
     calibration_filename,

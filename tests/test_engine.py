@@ -10,10 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.engine import Engine, simulate_timeline
-from kvsim.patterns import step_patterns
-from kvsim.profile import load_profile
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.patterns import step_patterns
+from kvsim.sim.profile import load_profile
 
 
 @settings(max_examples=200, deadline=None)
@@ -91,7 +91,7 @@ def test_host_time_between_barriers_lets_owed_frees_land() -> None:
     spends longer than the completion lag between them (``host_eval_call_s``)."""
     from dataclasses import replace
 
-    from kvsim.profile import DEFAULTS
+    from kvsim.sim.profile import DEFAULTS
 
     obj = {"id": "b", "model": {"n_layers": 2, "kv_heads": 8, "head_dim": 128, "dtype": "float16"},
            "policy": {"name": "lowpeak", "step": 512}, "workload": {"prompt_tokens": 597, "prefill_chunk": 128,

@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.calibrate import calibrate
-from kvsim.cli import main
-from kvsim.datafile import read_calibration, write_jsonl_atomic
-from kvsim.fit import BANDWIDTH_GRID_BYTES_PER_S, LAG_GRID_S, MALLOC_GRID_BYTES_PER_S, NODES_GRID, fit_lag, point_peaks
-from kvsim.profile import DEFAULTS, BackendProfile, profile_from_file
-from kvsim.scenario import parse_scenario
-from kvsim.validate import Observation, load_observations, validate
+from kvsim.calibration.calibrate import calibrate
+from kvsim.calibration.datafile import read_calibration, write_jsonl_atomic
+from kvsim.calibration.fit import (
+    BANDWIDTH_GRID_BYTES_PER_S,
+    LAG_GRID_S,
+    MALLOC_GRID_BYTES_PER_S,
+    NODES_GRID,
+    fit_lag,
+    point_peaks,
+)
+from kvsim.calibration.validate import Observation, load_observations, validate
+from kvsim.cli.commands import main
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim.profile import DEFAULTS, BackendProfile, profile_from_file
 
 mx = pytest.importorskip("mlx.core")
 
@@ -155,8 +162,8 @@ def test_missing_split_and_wrong_profile(data: Path, tmp_path: Path, capsys: pyt
 
 def test_gpu_range_covers_spread_runs() -> None:
     """Runs simulated with early and late frees: the fitted range must hold both."""
-    from kvsim.peak_range import estimate_peak
-    from kvsim.engine import simulate_timeline
+    from kvsim.sim.engine import simulate_timeline
+    from kvsim.sim.peak_range import estimate_peak
 
     cuda = DEFAULTS["mlx-cuda"]
     obj = {"id": "lag", "model": {"n_layers": 12, "kv_heads": 8, "head_dim": 128, "dtype": "float16"},
@@ -182,10 +189,10 @@ def test_floor_margin_takes_the_tightest_margin_that_holds_the_runs() -> None:
     """Two runs on the structural floor and one lifted 30% by a late handler: the centred range misses
     the late one; the fitted floor margin moves the range up to hold all three, and is the smallest
     margin that keeps the floor runs 2% inside."""
-    from kvsim.engine import simulate_timeline
-    from kvsim.fit import fit_floor_margin
-    from kvsim.peak_range import estimate_peak, peak_of
-    from kvsim.profile import load_profile
+    from kvsim.calibration.fit import fit_floor_margin
+    from kvsim.sim.engine import simulate_timeline
+    from kvsim.sim.peak_range import estimate_peak, peak_of
+    from kvsim.sim.profile import load_profile
 
     obj = {"id": "floor", "model": {"n_layers": 4, "kv_heads": 2, "head_dim": 128, "dtype": "float16"},
            "policy": {"name": "step"}, "workload": {"prompt_tokens": 520, "prefill_chunk": 200, "decode_tokens": 60},

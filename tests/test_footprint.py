@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-from kvsim.footprint import (
+from kvsim.scenario.footprint import (
     chunk_tokens,
     full_bytes_per_token,
     growth_events,
@@ -19,9 +19,9 @@ from kvsim.footprint import (
     provisioned_bytes_for_steps,
     window_bytes,
 )
-from kvsim.presets import load_preset
-from kvsim.scenario import Workload
-from kvsim.spec import LayerSpec, ModelSpec
+from kvsim.scenario.parse import Workload
+from kvsim.scenario.presets import load_preset
+from kvsim.scenario.spec import LayerSpec, ModelSpec
 from policies.parse import policy_from_dict
 
 MIB = 1 << 20

@@ -1,7 +1,7 @@
 """The simulator's step graphs against the graphs real MLX builds for the same steps.
 
 Each step of the reference workload is built with the calibration's own code
-(``kvsim.measure``) and real caches, written out with ``mx.export_to_dot`` before it is
+(``kvsim.calibration.measure``) and real caches, written out with ``mx.export_to_dot`` before it is
 evaluated, and its primitives counted; the simulator's tape for the same step must hold the
 same primitives, as many of each. Dispatch counts set when the CPU worker's tasks complete,
 so a missing node moves every later free.
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from kvsim import eval_sim
-from kvsim.engine import Engine
-from kvsim.measure import _layer_step, reference_cache
-from kvsim.profile import load_profile
-from kvsim.scenario import parse_scenario
-from kvsim.tape import execution_order
+from kvsim.calibration.measure import _layer_step, reference_cache
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim import eval_sim
+from kvsim.sim.engine import Engine
+from kvsim.sim.profile import load_profile
+from kvsim.sim.tape import execution_order
 
 mx = pytest.importorskip("mlx.core")
 
@@ -51,7 +51,7 @@ def test_step_graphs_hold_mlx_primitives(name: str, tmp_path: Path, monkeypatch:
         graphs.append(g)
         return real_eval(g, *args, **kwargs)
 
-    monkeypatch.setattr("kvsim.engine.run_eval", keep_graph)
+    monkeypatch.setattr("kvsim.sim.engine.run_eval", keep_graph)
     engine = Engine(scenario, load_profile("mlx-cpu"), record_events=False)
     layers = scenario.model.layers
     caches = [reference_cache(scenario, i) for i in range(len(layers))]

@@ -92,7 +92,7 @@ def test_step_capacity_is_mlx_lm_kvcache_rule(step, steps):
     shape = prev = 0
     for policy in (StepPolicy(step), LowPeakPolicy(step), QuantizedPolicy(step)):
         shape = prev = 0
-        for capacity, held, add, grown in replay(policy, steps):
+        for capacity, _held, add, grown in replay(policy, steps):
             shape = mlx_lm_kvcache_capacity(shape, prev, add, step)
             prev += add
             assert (capacity if grown is None else grown.capacity_rows) == shape
@@ -156,7 +156,7 @@ def test_prealloc_first_is_max_size_then_step_256(max_size, steps):
     events = replay(PreallocPolicy(max_size), steps)
     assert events[0][3].capacity_rows == max(max_size, steps[0])
     shape, prev = events[0][3].capacity_rows, steps[0]
-    for capacity, held, add, grown in events[1:]:
+    for capacity, _held, add, grown in events[1:]:
         shape = mlx_lm_kvcache_capacity(shape, prev, add, 256)
         prev += add
         assert (capacity if grown is None else grown.capacity_rows) == shape
@@ -164,7 +164,7 @@ def test_prealloc_first_is_max_size_then_step_256(max_size, steps):
 
 @given(st.integers(1, 64), rows_steps)
 def test_paged_capacity_is_whole_blocks_without_copies(block, steps):
-    for capacity, held, add, grown in replay(PagedPolicy(block), steps):
+    for _capacity, held, add, grown in replay(PagedPolicy(block), steps):
         if grown is not None:
             assert grown.capacity_rows % block == 0
             assert grown.capacity_rows - block < held + add

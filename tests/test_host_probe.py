@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.datafile import FORMAT, write_jsonl_atomic
-from kvsim.host_probe import host_scale, measure_probe_s, probe_scenario
-from kvsim.profile import DEFAULTS
-from kvsim.scenario import parse_scenario
-from kvsim.validate import at_host_speed, host_factor, load_observations, reference_probe_s, validate
+from kvsim.calibration.datafile import FORMAT, write_jsonl_atomic
+from kvsim.calibration.host_probe import host_scale, measure_probe_s, probe_scenario
+from kvsim.calibration.validate import at_host_speed, host_factor, load_observations, reference_probe_s, validate
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim.profile import DEFAULTS
 
 SCENARIO = {"id": "s", "model": {"n_layers": 2, "kv_heads": 1, "head_dim": 64, "dtype": "float32"},
             "policy": {"name": "step", "step": 64}, "workload": {"prompt_tokens": 70, "prefill_chunk": 32, "decode_tokens": 4}}

@@ -13,8 +13,8 @@ lm_cache = pytest.importorskip("mlx_lm.models.cache")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvsim.measure import kvsim_cache, reference_cache, run_reference  # noqa: E402
-from kvsim.scenario import parse_scenario  # noqa: E402
+from kvsim.calibration.measure import kvsim_cache, reference_cache, run_reference  # noqa: E402
+from kvsim.scenario.parse import parse_scenario  # noqa: E402
 from policies.mlx import (  # noqa: E402
     FullKVCache,
     LowPeakKVCache,

@@ -1,4 +1,4 @@
-"""The GPU peak estimate: the bounds on the range and where the point sits (``kvsim.peak_range``)."""
+"""The GPU peak estimate: the bounds on the range and where the point sits (``kvsim.sim.peak_range``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvsim.engine import simulate_timeline
-from kvsim.peak_range import bound_range, estimate_peak, floor_clamp, peak_of, point_estimate
-from kvsim.profile import DEFAULTS, load_profile
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
+from kvsim.sim.engine import simulate_timeline
+from kvsim.sim.peak_range import bound_range, estimate_peak, floor_clamp, peak_of, point_estimate
+from kvsim.sim.profile import DEFAULTS, load_profile
 
 peaks = st.floats(1e3, 1e10)
 

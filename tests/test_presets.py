@@ -9,9 +9,9 @@ import pytest
 from mlx_lm.models import gemma3_text, gpt_oss, qwen3_5
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-from kvsim.footprint import full_bytes_per_token
-from kvsim.presets import MODELS_DIR, PRESET_NAMES, load_preset
-from kvsim.scenario import ScenarioError, parse_scenario
+from kvsim.scenario.footprint import full_bytes_per_token
+from kvsim.scenario.parse import ScenarioError, parse_scenario
+from kvsim.scenario.presets import MODELS_DIR, PRESET_NAMES, load_preset
 
 # name: (KV-cache layers, window layers, window rows, K+V bytes per token of the growing layers)
 DOCUMENTED = {

@@ -7,7 +7,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.scenario import Scenario, ScenarioError, parse_scenario
+from kvsim.scenario.parse import Scenario, ScenarioError, parse_scenario
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=8),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from kvsim.api import simulate
-from kvsim.measure import run_reference
-from kvsim.scenario import parse_scenario
+from kvsim.calibration.measure import run_reference
+from kvsim.scenario.parse import parse_scenario
 
 pytest.importorskip("mlx.core")
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsim.graph import Array
-from kvsim.tape import SYNC, execution_order
+from kvsim.sim.graph import Array
+from kvsim.sim.tape import SYNC, execution_order
 
 
 def literal_port(arrays: Sequence[Array], outputs: Sequence[int], max_width: int = 20) -> list[int]:

@@ -7,15 +7,21 @@ from dataclasses import replace
 
 import pytest
 
-from kvsim.allocator import Allocator, rounded_size
-from kvsim.engine import Engine
-from kvsim.eval_sim import Buffers, EvalState, run_eval
-from kvsim.graph import StepGraph
-from kvsim.profile import load_profile
-from kvsim.scenario import parse_scenario
-from kvsim.spec import DTYPE_BYTES
-from kvsim.workspace import (
-    DATA_DIR, WorkspaceTable, load_workspace_table, pitch_alignment_bytes, probe_workspace_bytes, read_probe_records,
+from kvsim.core.paths import REPO_DATA_DIR
+from kvsim.scenario.parse import parse_scenario
+from kvsim.scenario.spec import DTYPE_BYTES
+from kvsim.sim.allocator import Allocator, rounded_size
+from kvsim.sim.engine import Engine
+from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
+from kvsim.sim.graph import StepGraph
+from kvsim.sim.profile import load_profile
+from kvsim.sim.workspace import (
+    DATA_DIR,
+    WorkspaceTable,
+    load_workspace_table,
+    pitch_alignment_bytes,
+    probe_workspace_bytes,
+    read_probe_records,
 )
 
 CUDA = load_profile("mlx-cuda")
@@ -75,7 +81,7 @@ def test_batched_matmuls_never_take_single_head_workspaces(table: WorkspaceTable
 
 
 def test_a_mixed_version_probe_set_is_refused(tmp_path, monkeypatch) -> None:
-    import kvsim.workspace as ws
+    import kvsim.sim.workspace as ws
 
     rec = {"probe": "workspace", "op": "pv", "dtype": "float32", "batch_heads": 1, "q_rows": 4, "k_rows": 16,
            "head_dim": 64, "out_bytes": 1024, "peak_above_inputs": 1024}
@@ -116,7 +122,7 @@ def test_a_profile_of_another_mlx_version_is_refused() -> None:
         Engine(scenario, replace(CUDA, mlx_version="0.40.0"), record_events=False)
 
 
-STACKED = DATA_DIR / "probes" / "mlx-cuda-0.32.4-20261129-stacked-matmuls-probe.jsonl"
+STACKED = REPO_DATA_DIR / "probes" / "mlx-cuda-0.32.4-20261129-stacked-matmuls-probe.jsonl"
 
 
 def simulated_stack_peak_bytes(rec: dict, table: WorkspaceTable) -> int:

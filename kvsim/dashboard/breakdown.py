@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.footprint import growth_events, layer_policy, row_bytes
-from kvsim.scenario import Scenario, Workload
-from kvsim.spec import LayerSpec
+from kvsim.scenario.footprint import growth_events, layer_policy, row_bytes
+from kvsim.scenario.parse import Scenario, Workload
+from kvsim.scenario.spec import LayerSpec
 
 
 def steps_through(workload: Workload, token: int) -> list[int]:
@@ -26,7 +26,7 @@ def steps_through(workload: Workload, token: int) -> list[int]:
 def layer_rows(scenario: Scenario, token: int) -> list[dict[str, Any]]:
     """One record per layer: used and capacity rows and bytes (K and V, batch included) at ``token``.
 
-    Sliding-window layers run mlx-lm's rotating cache, as ``kvsim.footprint`` models them.
+    Sliding-window layers run mlx-lm's rotating cache, as ``kvsim.scenario.footprint`` models them.
     """
     steps = steps_through(scenario.workload, token)
     fed = sum(steps)

@@ -7,12 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kvsim.calibration.datafile import CalibrationFileError, calibration_paths, read_calibration
+from kvsim.core.paths import CALIBRATION_DIR
 from kvsim.dashboard.sweeps import Simulate
-from kvsim.datafile import CalibrationFileError, calibration_paths, read_calibration
-from kvsim.scenario import parse_scenario
+from kvsim.scenario.parse import parse_scenario
 from policies.parse import PolicyError
-
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 
 
 def calibration_dir() -> Path:

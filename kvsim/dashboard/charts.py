@@ -1,7 +1,7 @@
 """Altair chart builders and the tidy frames they draw (no streamlit import).
 
 Bytes are shown in MiB. Timelines are step functions over tokens processed: a run of
-identical steps (one :class:`~kvsim.result.TimelineRun`) becomes at most two points.
+identical steps (one :class:`~kvsim.sim.result.TimelineRun`) becomes at most two points.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from kvsim.result import SimResult
+from kvsim.sim.result import SimResult
 
 MIB = float(1 << 20)
 TIMELINE_METRICS: dict[str, str] = {"peak_bytes": "step peak", "active_bytes": "active", "kv_bytes": "KV capacity"}

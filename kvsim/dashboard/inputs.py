@@ -16,8 +16,8 @@ from kvsim.dashboard.config import DEFAULT_POLICIES, DEFAULT_WORKLOAD, Inputs, m
 from kvsim.dashboard.devices import DEVICE_NAMES, GIB, LIMIT_BASES, device_limit_bytes
 from kvsim.dashboard.params import PARAMS, parse_cap
 from kvsim.dashboard.state import LAYERS_PARAM, decode_layers, encode_layers, sync_param
-from kvsim.presets import PRESET_NAMES, load_preset
-from kvsim.scenario import BACKENDS, CONSUMERS, MAX_TOKENS
+from kvsim.scenario.parse import BACKENDS, CONSUMERS, MAX_TOKENS
+from kvsim.scenario.presets import PRESET_NAMES, load_preset
 
 Q = "query-params"
 DEFAULT_ROWS = layer_table.default_rows()

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvsim.spec import DTYPE_BYTES, ModelSpec
+from kvsim.scenario.spec import DTYPE_BYTES, ModelSpec
 
 COLUMNS: tuple[str, ...] = ("kv_heads", "head_dim", "dtype", "ratio", "window_rows")
 INT_COLUMNS: tuple[str, ...] = ("kv_heads", "head_dim", "ratio")

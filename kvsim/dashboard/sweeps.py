@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from kvsim.result import SimResult
-from kvsim.scenario import Scenario, parse_scenario
+from kvsim.scenario.parse import Scenario, parse_scenario
+from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
 
 Simulate = Callable[[Scenario, "int | None"], SimResult]

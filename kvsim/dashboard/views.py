@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -12,11 +11,10 @@ from kvsim.dashboard import charts
 from kvsim.dashboard.breakdown import layer_rows
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.sweeps import policy_label, scenario_for, summary_record
-from kvsim.result import SimResult
-from kvsim.scenario import Scenario
+from kvsim.scenario.parse import Scenario
+from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
 
-VIEWS: tuple[str, ...] = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
 MIB = charts.MIB
 
 
@@ -114,21 +112,3 @@ def render_layers(inputs: Inputs) -> None:
     c3.metric("over-allocation", f"{(capacity - used) / MIB:,.2f} MiB")
     st.altair_chart(charts.layers_chart(records), width="stretch")
     st.dataframe(pd.DataFrame(records), hide_index=True, width="stretch")
-
-
-def render(inputs: Inputs) -> None:
-    """Show input errors, or the tabs with only the open one computed."""
-    from kvsim.dashboard import analysis
-
-    for line in inputs.warnings:
-        st.warning(line)
-    if inputs.errors:
-        for line in inputs.errors:
-            st.error(line)
-        return
-    tabs = st.tabs(VIEWS, key="view", bind="query-params")
-    renderers: list[Any] = [render_timeline, analysis.render_sweeps, render_layers, analysis.render_calibration, analysis.render_recommend]
-    for tab, fn in zip(tabs, renderers):
-        if tab.open:
-            with tab:
-                fn(inputs)

@@ -1,0 +1,152 @@
+"""The ``kvsim`` command: predict (the contract), simulate (for people), calibrate, fit, validate."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from kvsim.scenario.budget import check_cost
+from kvsim.scenario.parse import BACKENDS, ScenarioError, parse_scenario
+
+EXIT_INVALID = 2
+
+
+def _fail(message: str) -> int:
+    print(f"kvsim: {message}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def load_scenarios(path: str) -> list[Any]:
+    """The scenario list of a JSON file; raises ``ValueError`` with a one-line message."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    if isinstance(doc, dict):
+        doc = [doc]
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: must hold a list of scenario objects, got {type(doc).__name__}")
+    return doc
+
+
+def simulate_each(objs: list[Any], backend: str | None, **kwargs: Any) -> Iterator[tuple[Any, Any, str | None]]:
+    """(scenario id, result, None) or (id, None, one-line error) for each object, in order.
+
+    One bad scenario never stops the others: an invalid one gives its ``ScenarioError``; anything
+    else the simulator raises is reported as an internal error on one line.
+    """
+    from kvsim.api import simulate
+
+    for obj in objs:
+        sid = obj.get("id") if isinstance(obj, dict) else None
+        try:
+            scenario = parse_scenario(obj, backend)
+            check_cost(scenario)
+            yield sid, simulate(scenario, **kwargs), None
+        except ScenarioError as err:
+            yield sid, None, str(err)
+        except Exception as err:  # noqa: BLE001 - reported, and the next scenario still runs
+            yield sid, None, f"internal error: {type(err).__name__}: {err}"
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """One JSON line per scenario, in input order; invalid ones get an error line, exit 2."""
+    try:
+        objs = load_scenarios(args.scenarios)
+    except ValueError as err:
+        return _fail(str(err))
+    status = 0
+    for sid, result, error in simulate_each(objs, args.backend, record_events=False):
+        if error is not None:
+            status = EXIT_INVALID
+        line = {"id": sid, "error": error} if error is not None else result.to_prediction()
+        print(json.dumps(line), flush=True)
+    return status
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """A readable table of each scenario's timeline, or ``--json`` / ``--csv``."""
+    from kvsim.sim.report import summary_table, timeline_rows
+
+    try:
+        objs = load_scenarios(args.scenarios)
+    except ValueError as err:
+        return _fail(str(err))
+    status = 0
+    writer = csv.writer(sys.stdout) if args.csv else None
+    header_written = False
+    for i, (sid, result, error) in enumerate(simulate_each(objs, args.backend, memory_limit_bytes=args.limit_bytes)):
+        if error is not None:
+            print(f"kvsim: scenario {i} ({sid!r}): {error}", file=sys.stderr)
+            status = EXIT_INVALID
+            continue
+        rows = timeline_rows(result)
+        if args.json:
+            print(json.dumps({**result.to_prediction(), "timeline": rows}))
+        elif writer is not None:
+            if not header_written:
+                writer.writerow(["id", *rows[0].keys()])
+                header_written = True
+            for row in rows:
+                writer.writerow([result.scenario_id, *row.values()])
+        else:
+            print(summary_table(result, rows))
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kvsim.cli.calibrate import positive_int
+
+    parser = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory simulator for MLX inference engines")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("predict", help="predict peak and final memory of scenarios (the contract)")
+    p.add_argument("scenarios", help="JSON file with a list of scenario objects")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="override each scenario's backend")
+    p.set_defaults(func=cmd_predict)
+    s = sub.add_parser("simulate", help="simulate scenarios and print a readable timeline")
+    s.add_argument("scenarios", help="JSON file with a list of scenario objects")
+    s.add_argument("--backend", choices=BACKENDS, default=None)
+    s.add_argument("--limit-bytes", type=positive_int, default=None, help="report the first step whose peak exceeds this")
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    fmt.add_argument("--csv", action="store_true", help="the timeline as CSV")
+    s.set_defaults(func=cmd_simulate)
+    for register in _extra_commands():
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list[Any]:
+    from kvsim.cli.calibrate import add_calibrate_parser
+
+    registers = [add_calibrate_parser]
+    try:
+        from kvsim.cli.fit import add_fit_parsers
+
+        registers.append(add_fit_parsers)
+    except ImportError:
+        pass
+    return registers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

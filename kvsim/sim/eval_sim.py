@@ -1,0 +1,253 @@
+"""One ``mx.eval`` as a discrete-event run: a host that dispatches, a device that completes.
+
+The host walks MLX's tape: each op allocates its output (or takes a donated input's
+buffer), is dispatched, and drops its references to its inputs. The backend keeps each
+input's buffer until the work holding it completes: a CPU task (``dispatches_per_task``
+dispatches run by a worker thread) or a GPU command buffer (committed every
+``commit_ops`` ops or ``commit_elements`` input elements, freed ``completion_lag_s`` after
+it finishes). The host waits while more than ``max_active_tasks`` tasks are in flight.
+Frees land at their completion times, mallocs at host times; the allocator sees them in
+time order, which is what decides the peak.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvsim.sim.allocator import Allocator
+from kvsim.sim.graph import VIEW_PRIMS, StepGraph
+from kvsim.sim.profile import BackendProfile
+from kvsim.sim.tape import execution_order
+
+DONATION_EXTRA_BYTES = 16384  # MLX's ``is_donatable(in, out)``: in's buffer at most out.nbytes() + this
+
+
+def donatable(length_bytes: int, nbytes: int) -> bool:
+    """Whether a buffer of ``length_bytes`` may hold an op's ``nbytes`` output (MLX's donation rule)."""
+    return nbytes <= length_bytes <= nbytes + DONATION_EXTRA_BYTES
+
+
+@dataclass(slots=True)
+class Buffer:
+    length_bytes: int
+    refs: int = 0
+    label: tuple[int, str] | None = None
+
+
+@dataclass(slots=True)
+class Buffers:
+    """Live buffers with reference counts; a buffer is freed when its count drops to 0."""
+
+    alloc: Allocator
+    on_event: Callable[[str, Buffer, float], None] | None = None
+    table: dict[int, Buffer] = field(default_factory=dict)
+    ids: itertools.count = field(default_factory=itertools.count)
+
+    def new(self, nbytes: int, t: float, label: tuple[int, str] | None = None, refs: int = 0) -> int:
+        bid = next(self.ids)
+        self.table[bid] = buf = Buffer(self.alloc.malloc(nbytes), refs, label)
+        if self.on_event and label is not None:
+            self.on_event("alloc", buf, t)
+        return bid
+
+    def incref(self, bid: int) -> None:
+        self.table[bid].refs += 1
+
+    def decref(self, bid: int, t: float) -> None:
+        buf = self.table[bid]
+        buf.refs -= 1
+        if not buf.refs:
+            del self.table[bid]
+            self.alloc.free(buf.length_bytes)
+            if self.on_event and buf.label is not None:
+                self.on_event("free", buf, t)
+
+
+@dataclass(slots=True)
+class EvalState:
+    """Scheduler state that carries over between evals: the CPU encoder's dispatch phase and,
+    within a step, the clock, the device's busy time and frees still pending (a GPU completion
+    handler may free a barrier eval's inputs after ``mx.eval`` has returned)."""
+
+    dispatch_phase: int = 0
+    clock_s: float = 0.0
+    device_free_s: float = 0.0
+    frees: deque[tuple[float, list[int]]] = field(default_factory=deque)  # (time, buffer ids), in time order
+    commit_nodes: list[int] | None = None  # when a list: each GPU commit appends its graph's nodes
+
+
+def run_eval(
+    g: StepGraph,
+    leaf_buffers: dict[int, int],
+    buffers: Buffers,
+    profile: BackendProfile,
+    state: EvalState,
+    synchronize: bool = True,
+) -> tuple[dict[int, int], float]:
+    """Evaluate ``g.outputs``; return {array id: buffer id} of Python-held arrays and the
+    simulated seconds it took.
+
+    Args:
+        g: The step graph (creation order = Python program order).
+        leaf_buffers: Buffer ids of persistent leaves (pool, cache state) by array id;
+            their references are transferred to the graph.
+        buffers: Live buffers and the allocator.
+        profile: Backend rules and timing.
+        state: Scheduler state carried between evals.
+        synchronize: ``mx.eval`` then ``mx.synchronize()`` (every free lands); otherwise a bare
+            ``mx.eval``, which returns when the device finishes, before late frees.
+    """
+    arrays = g.arrays
+    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
+    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
+    buf_of: dict[int, int] = dict(leaf_buffers)
+    pending = [0] * len(arrays)
+    for a in order:
+        for x in arrays[a].inputs:
+            pending[x] += 1
+    for o in g.outputs:
+        arrays[o].py_held = True
+
+    # Completions free their buffers in the order they were queued: their times never decrease (the
+    # device runs the work in order and the lag is one constant), so a FIFO is a priority queue here.
+    frees = state.frees
+    start_t = host_t = state.clock_s
+
+    decref = buffers.decref
+
+    def drain(until: float) -> None:
+        while frees and frees[0][0] <= until:  # noqa: SIM113
+            t, bids = frees.popleft()
+            for b in bids:
+                decref(b, t)
+
+    # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
+    for i, arr in enumerate(arrays):
+        if arr.eager:
+            buf_of[i] = buffers.new(arr.nbytes, host_t, refs=1)
+    reachable = _reachable(g, scheduled)
+    for i, arr in enumerate(arrays):
+        if arr.eager and i not in reachable:
+            buffers.decref(buf_of.pop(i), host_t)
+        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
+            buffers.decref(buf_of.pop(i), host_t)
+
+    device_free_t = state.device_free_s
+    task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
+    open_held: list[int] = []  # GPU: buffers the open command buffer holds
+    open_ops = 0
+    open_elements = 0
+    open_work_s = 0.0
+
+    def commit(t: float) -> None:
+        nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s
+        if open_ops == 0:
+            return
+        end = max(device_free_t, t) + open_work_s
+        device_free_t = end
+        if state.commit_nodes is not None:
+            state.commit_nodes.append(round(open_ops))
+        done = end + profile.completion_lag_s
+        task_ends.append(done)
+        frees.append((done, open_held))
+        open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
+
+    node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
+    bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
+    is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
+    table, new, alloc = buffers.table, buffers.new, buffers.alloc
+    malloc_rate = profile.host_malloc_bytes_per_s
+    for a in order:
+        arr = arrays[a]
+        host_t += node_s + arr.kernels * kernel_s
+        if frees and frees[0][0] <= host_t:
+            drain(host_t)
+        donated = None
+        if arr.prim in VIEW_PRIMS:
+            buf_of[a] = b = buf_of[arr.inputs[0]]
+            table[b].refs += 1
+        else:
+            if is_gpu and arr.gpu_temps_bytes:  # the kernels' own temporaries, freed with the command buffer
+                open_held.extend(new(n, host_t, refs=1) for n in arr.gpu_temps_bytes)
+            for sib in arr.siblings:  # other outputs of a multi-output primitive
+                buf_of[sib] = new(arrays[sib].nbytes, host_t, arrays[sib].label, 1)
+            for pos in arr.donors:
+                x = arr.inputs[pos]
+                b = buf_of.get(x)
+                if b is None or pending[x] != 1 or arrays[x].py_held:
+                    continue
+                buf = table[b]
+                if buf.refs == 1 and donatable(buf.length_bytes, arr.nbytes):
+                    donated = b
+                    break
+            if donated is not None:
+                buf_of[a] = donated
+                buf = table[donated]
+                buf.refs += 1
+                if arr.label is not None and buf.label is None:
+                    buf.label = arr.label
+            else:
+                buf_of[a] = new(arr.nbytes, host_t, arr.label, 1)
+                if malloc_rate and alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
+                    host_t += alloc.fresh_bytes / malloc_rate
+        held = []
+        for x in arr.inputs:
+            b = buf_of.get(x)
+            if b is not None and b != donated and b not in held:
+                held.append(b)
+                table[b].refs += 1
+        work_s = arr.kernels * dispatch_s + arr.work_bytes / bytes_per_s
+        if is_gpu:
+            open_held.extend(held)
+            open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
+            if arr.kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
+                open_elements += sum(arrays[x].nbytes for x in arr.inputs) // 2
+            open_work_s += work_s
+            if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
+                commit(host_t)
+        else:
+            # kernels, then the holder whose completion frees the inputs
+            device_free_t = (device_free_t if device_free_t > host_t else host_t) + work_s + dispatch_s
+            if held:
+                frees.append((device_free_t, held))
+            boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
+            if boundaries:  # a task completes with its 10th dispatch
+                task_ends.extend([device_free_t] * boundaries)
+        # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
+        while task_ends and task_ends[0] <= host_t:
+            task_ends.popleft()
+        if len(task_ends) > max_tasks:
+            if is_gpu:
+                commit(host_t)
+            host_t = task_ends.popleft()
+            drain(host_t)
+        for x in arr.inputs:  # detach: an input no later op reads loses this reference
+            pending[x] -= 1
+            if pending[x] == 0 and not arrays[x].py_held and x in buf_of:
+                decref(buf_of.pop(x), host_t)
+    if profile.is_gpu:
+        commit(host_t)
+    if synchronize:
+        end_t = max(host_t, device_free_t, frees[-1][0] if frees else host_t)
+        drain(float("inf"))
+        state.clock_s = state.device_free_s = 0.0
+    else:
+        end_t = max(host_t, device_free_t)
+        drain(end_t)
+        state.clock_s, state.device_free_s = end_t, device_free_t
+    for x in list(buf_of):
+        if not arrays[x].py_held:
+            buffers.decref(buf_of.pop(x), end_t)
+    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
+
+
+def _reachable(g: StepGraph, scheduled: set[int]) -> set[int]:
+    """Arrays the evaluated ops (or Python) still reference."""
+    seen = set(scheduled) | set(g.outputs)
+    for a in scheduled:
+        seen.update(g.arrays[a].inputs)
+    seen.update(i for i, arr in enumerate(g.arrays) if arr.py_held)
+    return seen

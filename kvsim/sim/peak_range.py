@@ -1,0 +1,100 @@
+"""The predicted peak and the range it can fall in where frees are asynchronous (GPU backends).
+
+The event model runs three times (four with a floor, below): with the fitted free timing, with
+the earliest frees (``profile.variant("low")``) and with the latest (``variant("high")``). The
+predicted peak is their weighted mean (``peak_point_weight`` on the fitted timing, the rest shared by the two ends):
+runs spread over free timings, so a run's mean peak lies between the three, and a scenario whose
+runs split between two modes is not predicted at one of them. Their spread, widened by
+``range_margin``, is the range, with two bounds (``range_min_width`` and ``range_low_share`` are
+fitted, see ``docs/validation.md``):
+
+- at most ``range_max_width`` wide (high / low): when the timings spread further, the window of
+  that width with ``range_low_share`` of it (in log terms) below the point, moved inside the
+  spread where it sticks out;
+- at least ``range_min_width`` wide, widened ``range_low_share`` downwards and the rest upwards:
+  run-to-run noise the model does not reproduce (a late handler in one growth step of one run)
+  still moves a peak, and mostly upwards: frees can land much later than modelled, while how
+  early they land is bounded by the command buffers' commits.
+
+That bound is the *floor*: a fourth run in which every command buffer frees its inputs the moment
+it is committed (``BackendProfile.floor_variant``). No run peaks below it but by bytes the model
+does not derive, so the range's low end is kept at or above ``1 - range_floor_margin`` of it
+(``floor_clamp``), and the width a centred range spent below the floor goes above it, where a late
+handler puts a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvsim.scenario.parse import Scenario
+from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.profile import BackendProfile
+
+
+def bound_range(
+    point: Any, early: Any, late: Any, margin: float, min_width: float, max_width: float, low_share: float
+) -> tuple[Any, Any]:
+    """``(low, high)`` from the three simulated peaks: pure arithmetic, on numbers or numpy arrays
+    (the fit bounds every scenario at once). ``low_share`` is the part of a clipped or widened
+    range (in log terms) that lies below the point, or that a widening adds below the spread."""
+    import numpy as np  # here, not at import: CPU predictions never need it (40 ms of start-up)
+
+    low = np.minimum(np.minimum(point, early), late) * (1 - margin)
+    high = np.maximum(np.maximum(point, early), late) * (1 + margin)
+    start = np.minimum(np.maximum(point / max_width**low_share, low), high / max_width)
+    too_wide = high > low * max_width
+    low, high = np.where(too_wide, start, low), np.where(too_wide, start * max_width, high)
+    widen = np.maximum(min_width * low / high, 1.0)
+    return low / widen**low_share, high * widen ** (1 - low_share)
+
+
+def floor_clamp(low: Any, high: Any, floor: Any, margin: float) -> tuple[Any, Any]:
+    """``(low, high)`` moved up, its width kept, where its low end lay below ``(1 - margin) x floor``:
+    numbers or numpy arrays."""
+    import numpy as np
+
+    raised = np.maximum(low, floor * (1 - margin))
+    return raised, high * (raised / low)
+
+
+def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, floor: Any = None) -> tuple[Any, Any]:
+    """``bound_range`` with ``profile``'s fields, then ``floor_clamp`` where a ``floor`` is given."""
+    low, high = bound_range(fitted, early, late, profile.range_margin, profile.range_min_width, profile.range_max_width,
+                            profile.range_low_share)
+    return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
+
+
+def peak_of(engine: Engine) -> int:
+    return max(run.peak_bytes for run in engine.timeline)
+
+
+@dataclass(frozen=True, slots=True)
+class PeakEstimate:
+    """Predicted peak bytes and the range runs fall in (all three equal where frees are synchronous)."""
+
+    peak_bytes: int
+    low_bytes: int
+    high_bytes: int
+
+
+def point_estimate(fitted: Any, early: Any, late: Any, weight: float) -> Any:
+    """The predicted peak: ``weight`` on the fitted timing's peak, the rest split between the ends."""
+    return weight * fitted + (1 - weight) * (early + late) / 2
+
+
+def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -> PeakEstimate:
+    """Point and range for ``scenario``; ``engine`` is its run under ``profile``'s fitted timing."""
+    fitted = peak_of(engine)
+    if not profile.is_gpu:
+        return PeakEstimate(fitted, fitted, fitted)
+    early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
+    floor = None
+    if profile.range_floor_margin < 1:
+        floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), record_events=False))
+    low, high = profile_range(profile, fitted, early, late, floor)
+    low, high = math.ceil(low), math.floor(high)
+    point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
+    return PeakEstimate(min(max(point, low), high), low, high)

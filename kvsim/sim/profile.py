@@ -1,0 +1,259 @@
+"""Backend profiles: every allocator rule and timing parameter the simulator uses.
+
+Defaults come from MLX's source (shared/reference/mlx-memory.md); the fields a
+calibration fits are listed in ``FITTED_FIELDS`` and stored in ``kvsim/data/profiles/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kvsim.core.paths import PROFILES_DIR
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class BackendProfile:
+    """How one MLX backend allocates, frees and schedules.
+
+    Allocator (from MLX's source): ``rounding`` is ``none`` (CPU), ``metal`` or ``cuda``;
+    ``page_bytes`` the rounding page; ``reuse_window_bytes`` the cache's extra-size window;
+    ``cache_limit_bytes`` the buffer-cache limit; ``gc_limit_bytes`` where a GPU malloc miss
+    evicts the cache.
+
+    ``sdpa_kernels`` names the fused attention kernels the backend has (``kvsim.sim.attention``);
+    ``matmul_workspace`` is a glob under ``data/`` of the probe files that measured the backend's
+    matmul workspaces (``kvsim.sim.workspace``; empty: none).
+
+    Scheduling: CPU ops are dispatched to a worker thread in tasks of
+    ``dispatches_per_task``; GPU ops are committed in command buffers of at most
+    ``commit_ops`` ops or ``commit_elements`` input elements (MLX counts elements, not bytes).
+    The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
+    when the task (CPU) or command buffer (GPU) holding them completes.
+
+    The peak range of an asynchronous backend comes from two more runs of the model with the
+    earliest and latest free timings (``*_low`` and ``*_high`` of ``graph_nodes_per_kernel``,
+    ``completion_lag_s`` and ``host_malloc_bytes_per_s``; ``variant``), widened by
+    ``range_margin`` for the bytes the model does not track (scalars, small-buffer rounding),
+    and kept between ``range_min_width`` and ``range_max_width`` (high / low) with
+    ``range_low_share`` of a clip or widening below the point; the predicted peak
+    weighs the fitted timing's peak by ``peak_point_weight`` against the two ends (``kvsim.sim.peak_range``).
+    The range's low end stays at or above ``1 - range_floor_margin`` of the structural floor, the peak
+    when every command buffer frees its inputs the moment it is committed (``floor_variant``; 1: no floor).
+
+    Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
+    system rather than the buffer cache (``host_malloc_bytes_per_s``, 0 for free); device seconds per
+    dispatch plus bytes moved over ``device_bytes_per_s``; ``completion_lag_s`` between a GPU
+    command buffer finishing and its inputs being freed, with the range
+    ``[completion_lag_low_s, completion_lag_high_s]`` that bounds run-to-run variation;
+    ``python_array_s`` the time Python and MLX take to build each lazy array of a step's graph
+    (it adds to step time, not to memory: nothing is allocated while the graph is built but scalars);
+    ``host_eval_call_s`` is the host time (Python and MLX) between the ``mx.eval`` barriers a
+    ``lowpeak`` cache grows behind: frees a completion handler still owes land in it. It moves the
+    event timing only; ``python_array_s`` counts Python time in step time.
+    ``eval_time_scale`` converts the event model's eval time into reported wall time, so the time
+    model is fitted without moving the event timing that decides peaks. ``host_probe_s`` is the
+    host-speed probe (``kvsim.calibration.host_probe``) on the host the time model was fitted on (0: unknown):
+    step times measured on another host are compared in this host's time.
+    """
+
+    name: str
+    mlx_version: str = "0.32.4"
+    status: str = "defaults"
+    rounding: str = "none"
+    page_bytes: int = 4096
+    reuse_window_bytes: int = 8192
+    cache_limit_bytes: int = 32 << 20
+    gc_limit_bytes: int = 1 << 62
+    dispatches_per_task: int = 10
+    max_active_tasks: int = 10
+    commit_ops: int = 0
+    commit_elements: int = 0
+    graph_nodes_per_kernel: float = 1.0
+    graph_nodes_per_kernel_low: float = 1.0
+    graph_nodes_per_kernel_high: float = 1.0
+    range_margin: float = 0.005
+    range_min_width: float = 1.0
+    range_max_width: float = 1.34
+    range_low_share: float = 0.2
+    range_floor_margin: float = 1.0
+    peak_point_weight: float = 1.0
+    bfs_max_width: int = 20
+    sdpa_kernels: str = "fallback"
+    matmul_workspace: str = ""
+    host_node_s: float = 2.0e-6
+    host_kernel_s: float = 1.0e-6
+    host_malloc_bytes_per_s: float = 0.0
+    host_malloc_bytes_per_s_low: float = 0.0
+    host_malloc_bytes_per_s_high: float = 0.0
+    device_dispatch_s: float = 0.5e-6
+    device_bytes_per_s: float = 8.0e9
+    completion_lag_s: float = 0.0
+    completion_lag_low_s: float = 0.0
+    completion_lag_high_s: float = 0.0
+    python_array_s: float = 3.0e-6
+    host_eval_call_s: float = 0.0
+    eval_time_scale: float = 1.0
+    host_probe_s: float = 0.0
+    notes: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.commit_ops > 0
+
+    def variant(self, end: str) -> BackendProfile:
+        """The profile with the ``low`` or ``high`` free timing of its peak range in place."""
+        return replace(self, **{
+            "graph_nodes_per_kernel": getattr(self, f"graph_nodes_per_kernel_{end}"),
+            "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
+            "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
+        })
+
+    def floor_variant(self) -> BackendProfile:
+        """The profile whose frees land as early as MLX's command buffers allow: the device takes no
+        time and handlers no lag, so each buffer completes and frees its inputs when it is committed.
+        Matmul workspaces (a measured lookup, not derived) are left out, so its peak is a floor."""
+        return replace(self, device_bytes_per_s=math.inf, device_dispatch_s=0.0, completion_lag_s=0.0,
+                       matmul_workspace="")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FITTED_FIELDS: tuple[str, ...] = (
+    "host_node_s",
+    "host_kernel_s",
+    "device_dispatch_s",
+    "device_bytes_per_s",
+    "completion_lag_s",
+    "completion_lag_low_s",
+    "completion_lag_high_s",
+    "python_array_s",
+    "eval_time_scale",
+    "graph_nodes_per_kernel",
+    "graph_nodes_per_kernel_low",
+    "graph_nodes_per_kernel_high",
+    "host_malloc_bytes_per_s",
+    "host_malloc_bytes_per_s_low",
+    "host_malloc_bytes_per_s_high",
+    "range_min_width",
+    "range_low_share",
+    "range_floor_margin",
+    "host_eval_call_s",
+    "peak_point_weight",
+    "host_probe_s",
+)
+
+DEFAULTS: dict[str, BackendProfile] = {
+    "mlx-cpu": BackendProfile(
+        name="mlx-cpu",
+        notes="no_gpu allocator: no rounding, 32 MiB cache, recycle if cache + size <= limit",
+    ),
+    "mlx-cuda": BackendProfile(
+        name="mlx-cuda",
+        rounding="cuda",
+        page_bytes=16384,
+        reuse_window_bytes=32768,
+        cache_limit_bytes=int(0.95 * 141 * GIB),
+        gc_limit_bytes=int(0.95 * 141 * GIB),
+        commit_ops=100,
+        commit_elements=1000 << 20,
+        sdpa_kernels="cuda",
+        matmul_workspace="probes/mlx-cuda-0.32.4-*-workspace*-probe.jsonl.xz",
+        host_node_s=4.0e-6,
+        host_kernel_s=4.0e-6,
+        device_dispatch_s=3.0e-6,
+        device_bytes_per_s=2.0e12,
+        completion_lag_s=20e-6,
+        completion_lag_low_s=0.0,
+        completion_lag_high_s=200e-6,
+        notes="H200: graph limits ops=100, 1000 M elements; frees on stream completion",
+    ),
+    "mlx-metal": BackendProfile(
+        name="mlx-metal",
+        status="unverified",
+        rounding="metal",
+        page_bytes=16384,
+        reuse_window_bytes=32768,
+        cache_limit_bytes=int(1.5 * 96 * GIB),
+        gc_limit_bytes=int(0.95 * 96 * GIB),
+        commit_ops=50,
+        commit_elements=50 << 20,
+        sdpa_kernels="metal",
+        host_node_s=3.0e-6,
+        host_kernel_s=3.0e-6,
+        device_dispatch_s=5.0e-6,
+        device_bytes_per_s=4.0e11,
+        completion_lag_s=50e-6,
+        completion_lag_low_s=0.0,
+        completion_lag_high_s=500e-6,
+        notes="Max/Ultra class (50 ops, 50 M elements per command buffer); from MLX's source, not measured",
+    ),
+}
+
+
+@cache
+def load_profile(name: str) -> BackendProfile:
+    """The shipped profile: defaults overlaid with ``kvsim/data/profiles/<name>.json`` if present."""
+    if name not in DEFAULTS:
+        raise ValueError(f"backend: unknown profile, got {name!r} (known: {', '.join(DEFAULTS)})")
+    path = PROFILES_DIR / f"{name}.json"
+    return profile_from_file(path, name) if path.exists() else DEFAULTS[name]
+
+
+def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
+    """A profile JSON (as ``save_profile`` writes) overlaid on ``backend``'s defaults."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read profile ({err})") from None
+    body = doc.get("profile", doc) if isinstance(doc, dict) else None
+    if not isinstance(body, dict):
+        raise ValueError(f"{path}: a profile must be a JSON object")
+    if body.get("name", backend) != backend:
+        raise ValueError(f"{path}: profile is for {body.get('name')!r}, the data is {backend!r}")
+    return overlay_profile(DEFAULTS[backend], body, str(path))
+
+
+def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) -> BackendProfile:
+    """``base`` with the fields a profile JSON object sets (others are ignored). A value of the wrong
+    type raises ``ValueError`` naming ``source``, the field and the value, on one line."""
+    values: dict[str, Any] = {}
+    for f in fields(BackendProfile):
+        if f.name not in body:
+            continue
+        value, default = body[f.name], getattr(base, f.name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(default, str):
+            ok, kind = isinstance(value, str), "a string"
+        elif isinstance(default, int):
+            ok, kind = number and isinstance(value, int), "an integer"
+        else:
+            ok, kind = number and math.isfinite(value), "a finite number"
+            value = float(value) if ok else value
+        if not ok:
+            raise ValueError(f"{source}: profile field {f.name!r} must be {kind}, got {value!r}")
+        values[f.name] = value
+    return replace(base, **values)
+
+
+def save_profile(profile: BackendProfile, extra: dict[str, Any], directory: Path = PROFILES_DIR) -> Path:
+    """Write ``<directory>/<name>.json`` atomically: the profile plus fit metadata."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{profile.name}.json"
+    text = json.dumps({"profile": profile.to_json(), **extra}, indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{profile.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    load_profile.cache_clear()
+    return path
