@@ -145,7 +145,7 @@ class PolicyKVCache:
     """A contiguous K/V cache whose growth is decided by ``policy.grow``.
 
     Invariant: ``offset <= capacity_rows``; rows ``[0, offset)`` of ``keys``/``values`` are live.
-    Subclasses set ``policy_name`` and may override :meth:`_grow_buffer` (how one buffer grows).
+    Subclasses set ``policy_name`` and may override :meth:`_concat_grow` (how the buffers grow).
     """
 
     policy_name: str = ""

@@ -354,6 +354,31 @@ def test_merge_of_two_policies_is_refused() -> None:
 # -- the server --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("policy", ALL, ids=pid)
+def test_lru_prompt_cache_fetch_and_insert_as_the_server_does(loaded: Any, policy: dict[str, Any]) -> None:
+    """``LRUPromptCache`` calls as the server makes them: insert, then fetch a longer prompt (deep copy) and a
+    diverging one (deep copy and ``trim_prompt_cache``); the copies then run on, as the mlx-lm twin's do."""
+    model, _ = loaded
+    key, held = ("tiny", None, None), [(i * 13) % 98 + 3 for i in range(260)]
+    longer, diverging = held + [7, 8, 9], held[:200] + [4, 5, 6]
+    results = []
+    for make in (
+        lambda: pmlx.make_prompt_cache(model, policy=policy),
+        lambda: [mlx_lm_twin(policy) for _ in model.layers],
+    ):
+        lru, cache = lm_cache.LRUPromptCache(max_size=4), make()
+        model(mx.array([held]), cache=cache)
+        lru.insert_cache(key, held, cache)
+        assert lru.nbytes == sum(c.nbytes for c in cache) > 0
+        fetched = [lru.fetch_nearest_cache(key, tokens) for tokens in (longer, diverging)]
+        outs = [model(mx.array([rest]), cache=copy_) for copy_, rest in fetched if copy_ is not None]
+        results.append(([rest for _, rest in fetched], [c is None for c, _ in fetched], outs, cache))
+    (ours_rest, ours_none, ours_out, ours), (theirs_rest, theirs_none, theirs_out, _) = results
+    assert ours_rest == theirs_rest and ours_none == theirs_none and ours_rest[0] == [7, 8, 9]
+    assert all(same(a, b) for a, b in zip(ours_out, theirs_out))
+    assert all(c.offset == 260 and c.policy_name == policy["name"] for c in ours)  # the entry itself is untouched
+
+
 def serve_two_requests(model_dir: Path) -> tuple[list[dict[str, Any]], lm_cache.LRUPromptCache]:
     """mlx-lm's server (its ``ModelProvider``, ``ResponseGenerator`` and ``APIHandler``) on 127.0.0.1, two
     completions where the second extends the first, so it is served from the prompt cache; then stopped."""
