@@ -63,8 +63,9 @@ def model_dtype(config: dict[str, Any]) -> str:
     return "float32"
 
 
-def build_model(mc: ModelConfig, dtype: str | None = None) -> BuiltModel:
-    """mlx-lm's model for ``mc`` with stand-in parameters; one-line ``ModelConfigError`` on bad input."""
+def build_model(mc: ModelConfig, dtype: str | None = None, stand_in: bool = True) -> BuiltModel:
+    """mlx-lm's model for ``mc`` with stand-in parameters (``stand_in=False``: mlx-lm's random initial
+    values, still unevaluated); one-line ``ModelConfigError`` on bad input."""
     config = dict(mc.config)
     model = _instantiate(config)
     dtype = dtype or model_dtype(config)
@@ -73,7 +74,8 @@ def build_model(mc: ModelConfig, dtype: str | None = None) -> BuiltModel:
     if quantization is not None:
         _quantize(model, quantization)
     model.eval()
-    _stand_in(model)
+    if stand_in:
+        _stand_in(model)
     return BuiltModel(model, mc, dtype, quantization)
 
 
