@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,33 @@ def test_simulate_limit_must_be_positive(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.splitlines()[-1] == "kvsim simulate: error: argument --limit-bytes: must be >= 1, got -5"
+
+
+def _many(n: int, decode_tokens: int) -> list[dict]:
+    return [{**VALID, "id": f"s{i}", "model": {"preset": "llama-3.1-8b"},
+             "workload": {**VALID["workload"], "decode_tokens": decode_tokens + 256 * i}} for i in range(n)]
+
+
+def test_stdin_and_pool_keep_input_order_and_match_one_process(tmp_path: Path) -> None:
+    doc = [*_many(6, 2048), {**VALID, "id": "bad", "policy": {"name": "nope"}}]
+    text = json.dumps(doc)
+    run = [sys.executable, "-m", "kvsim.cli", "predict", "-"]
+    pooled = subprocess.run([*run, "--jobs", "2"], input=text, capture_output=True, text=True, timeout=120)
+    single = subprocess.run([*run, "--jobs", "1"], input=text, capture_output=True, text=True, timeout=120)
+    assert pooled.returncode == single.returncode == 2
+    assert [json.loads(x)["id"] for x in pooled.stdout.splitlines()] == [d["id"] for d in doc]
+    assert pooled.stdout == single.stdout and pooled.stderr == ""
+
+
+def test_ctrl_c_exits_130_with_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_many(40, 20_000)))
+    proc = subprocess.Popen([sys.executable, "-m", "kvsim.cli", "predict", str(path), "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # the pool is running and has printed
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    lines = (first + rest).splitlines()
+    assert 1 <= len(lines) < 40 and (first + rest).endswith("\n")
+    assert [json.loads(x)["id"] for x in lines] == [f"s{i}" for i in range(len(lines))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from kvsim.scenario.budget import check_cost
 from kvsim.scenario.parse import BACKENDS, ScenarioError, parse_scenario
 
 EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _fail(message: str) -> int:
@@ -21,10 +23,13 @@ def _fail(message: str) -> int:
 
 
 def load_scenarios(path: str) -> list[Any]:
-    """The scenario list of a JSON file; raises ``ValueError`` with a one-line message."""
+    """The scenario list of a JSON file (``-``: stdin); raises ``ValueError`` with a one-line message."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        if path == "-":  # the contract's list on stdin
+            doc = json.load(sys.stdin)
+        else:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
     except OSError as err:
         raise ValueError(f"{path}: cannot read ({err.strerror})") from None
     except json.JSONDecodeError as err:
@@ -59,18 +64,36 @@ def simulate_each(objs: list[Any], backend: str | None, **kwargs: Any) -> Iterat
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    """One JSON line per scenario, in input order; invalid ones get an error line, exit 2."""
+    """One JSON line per scenario, in input order; invalid ones get an error line, exit 2.
+
+    Scenarios are predicted by a process pool (``--jobs``, all cores by default); lines come back
+    in input order. Ctrl-C stops the workers and exits 130 with every line printed so far whole.
+    """
+    from kvsim.cli.predict_pool import predict_lines
+
     try:
         objs = load_scenarios(args.scenarios)
     except ValueError as err:
         return _fail(str(err))
     status = 0
-    for sid, result, error in simulate_each(objs, args.backend, record_events=False):
-        if error is not None:
-            status = EXIT_INVALID
-        line = {"id": sid, "error": error} if error is not None else result.to_prediction()
-        print(json.dumps(line), flush=True)
+    try:
+        for line, failed in predict_lines(objs, args.backend, args.jobs):
+            status = EXIT_INVALID if failed else status
+            write_line(line)
+    except KeyboardInterrupt:
+        print("kvsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return status
+
+
+def write_line(line: str) -> None:
+    """Print one line whole: SIGINT is held back while it is written and flushed."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending Ctrl-C is raised here
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -109,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory simulator for MLX inference engines")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict peak and final memory of scenarios (the contract)")
-    p.add_argument("scenarios", help="JSON file with a list of scenario objects")
+    p.add_argument("scenarios", help="JSON file with a list of scenario objects; - reads stdin")
     p.add_argument("--backend", choices=BACKENDS, default=None, help="override each scenario's backend")
+    p.add_argument("--jobs", type=positive_int, default=None, help="worker processes (default: all cores)")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("simulate", help="simulate scenarios and print a readable timeline")
     s.add_argument("scenarios", help="JSON file with a list of scenario objects")
