@@ -14,11 +14,11 @@ from kvsim.scenario.footprint import (
     full_bytes_per_token,
     growth_events,
     layer_capacity_rows,
-    layer_policy,
     provisioned_bytes,
     provisioned_bytes_for_steps,
     window_bytes,
 )
+from kvsim.scenario.layer import layer_policy
 from kvsim.scenario.parse import Workload
 from kvsim.scenario.presets import load_preset
 from kvsim.scenario.spec import LayerSpec, ModelSpec

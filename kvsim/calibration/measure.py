@@ -75,13 +75,29 @@ def device_info() -> dict[str, Any]:
     return info
 
 
+def measurable(scenario: Scenario) -> None:
+    """Raise ``ValueError`` (one line) for layers the reference workload cannot build as MLX caches."""
+    if scenario.model.kv_buffers != 2:
+        raise ValueError(f"model.kv_buffers: the reference workload measures K and V caches, got {scenario.model.kv_buffers}")
+    extra = next((lay.extra_row_bytes for lay in scenario.model.layers if lay.extra_row_bytes), 0)
+    if extra:
+        raise ValueError(f"extra_row_bytes: the reference workload has no companion cache, got {extra}")
+
+
 def reference_cache(scenario: Scenario, layer_index: int) -> Any:
-    """mlx-lm's own cache where it implements the policy (the reference), else kvsim's."""
+    """mlx-lm's own cache where it implements the layer's policy (the reference), else kvsim's.
+
+    A sliding-window layer gets ``RotatingKVCache(max_size=window, keep=0)``, as mlx-lm's ``make_cache``
+    builds it, unless the scenario runs its policy on windowed layers (``kvsim.scenario.layer``).
+    """
     policy = scenario.policy_dict()
     try:
         from mlx_lm.models import cache as lm_cache
     except ImportError:
         lm_cache = None
+    window = _rotating_window(scenario, layer_index)
+    if window is not None:
+        return lm_cache.RotatingKVCache(max_size=window, keep=0) if lm_cache is not None else kvsim_cache(scenario, layer_index)
     if lm_cache is not None and policy["name"] == "step":
         lm_cache.KVCache.step = policy.get("step", 256)
         return lm_cache.KVCache()
@@ -92,17 +108,27 @@ def reference_cache(scenario: Scenario, layer_index: int) -> Any:
 
 
 def kvsim_cache(scenario: Scenario, layer_index: int) -> Any:
-    """kvsim's drop-in cache for the scenario's policy (``policies.mlx.cache_for``)."""
+    """kvsim's drop-in cache for the layer's policy (``policies.mlx.cache_for``)."""
     from policies.mlx import cache_for
 
+    window = _rotating_window(scenario, layer_index)
+    if window is not None:
+        return cache_for({"name": "rotating", "max_size": window, "keep": 0})
     ratio = scenario.model.layers[layer_index].ratio
     return cache_for(scenario.policy_dict(), context_tokens=scenario.workload.total_tokens, ratio=ratio)
+
+
+def _rotating_window(scenario: Scenario, layer_index: int) -> int | None:
+    """The window of a layer that runs mlx-lm's rotating cache, else ``None``."""
+    layer = scenario.model.layers[layer_index]
+    return layer.window_rows if scenario.window_layers == "rotating" else None
 
 
 def run_reference(scenario: Scenario, cache_factory: CacheFactory = reference_cache) -> Measurement:
     """Run the reference workload and read MLX's counters after every step."""
     import mlx.core as mx
 
+    measurable(scenario)
     dtypes = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
     w, layers = scenario.workload, scenario.model.layers
     gc.collect()  # arrays an earlier caller dropped in a reference cycle: freed now, not mid-run

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.scenario.footprint import growth_events, layer_policy, row_bytes
+from kvsim.scenario.footprint import growth_events
+from kvsim.scenario.layer import row_bytes
 from kvsim.scenario.parse import Scenario, Workload
 from kvsim.scenario.spec import LayerSpec
 
@@ -24,9 +25,9 @@ def steps_through(workload: Workload, token: int) -> list[int]:
 
 
 def layer_rows(scenario: Scenario, token: int) -> list[dict[str, Any]]:
-    """One record per layer: used and capacity rows and bytes (K and V, batch included) at ``token``.
+    """One record per layer: used and capacity rows and bytes (every buffer, batch included) at ``token``.
 
-    Sliding-window layers run mlx-lm's rotating cache, as ``kvsim.scenario.footprint`` models them.
+    Each layer runs the policy and holds the buffers ``kvsim.scenario.layer`` gives it, as the simulator does.
     """
     steps = steps_through(scenario.workload, token)
     fed = sum(steps)
@@ -35,13 +36,13 @@ def layer_rows(scenario: Scenario, token: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, layer in enumerate(scenario.model.layers):
         if layer not in memo:
-            policy = layer_policy(scenario.policy_dict(), layer, scenario.workload.total_tokens)
+            policy = scenario.layer_policy(layer)
             events = growth_events(policy, layer, steps)
             capacity = events[-1][1] if events else 0
             used = layer.rows_after(fed)
             if layer.window_rows is not None:
                 used = min(used, capacity)
-            memo[layer] = (used, capacity, row_bytes(layer, policy) * batch)
+            memo[layer] = (used, capacity, row_bytes(layer, policy, kv_buffers=scenario.model.kv_buffers) * batch)
         used, capacity, per_row = memo[layer]
         out.append(
             {

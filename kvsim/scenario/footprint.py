@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kvsim.scenario.layer import layer_policy, row_bytes
 from kvsim.scenario.spec import LayerSpec, ModelSpec
-from policies.growth import GrowthPolicy, QuantizedPolicy, RotatingPolicy
-from policies.parse import policy_from_dict
+from policies.growth import GrowthPolicy, RotatingPolicy
 
 
 def chunk_tokens(tokens: int, step_tokens: int | None = None) -> list[int]:
@@ -70,29 +70,6 @@ def layer_capacity_rows(policy: GrowthPolicy, layer: LayerSpec, step_tokens: Ite
     return events[-1][1] if events else 0
 
 
-def layer_policy(
-    policy_dict: Mapping[str, Any], layer: LayerSpec, context_tokens: int, *, rotate_windows: bool = True
-) -> GrowthPolicy:
-    """The policy one layer runs: mlx-lm's ``RotatingKVCache(max_size=window)`` for a
-    sliding-window layer when ``rotate_windows`` (as mlx-lm's ``make_cache`` does),
-    else the scenario's policy sized for the layer's ratio and the context."""
-    if rotate_windows and layer.window_rows is not None:
-        return RotatingPolicy(max_size_rows=layer.window_rows)
-    return policy_from_dict(policy_dict, ratio=layer.ratio, context_tokens=context_tokens)
-
-
-def row_bytes(layer: LayerSpec, policy: GrowthPolicy, *, kv_buffers: int = 2, include_extra: bool = True) -> int:
-    """Bytes one row of capacity costs across the layer's buffers (batch 1).
-
-    A quantized policy stores packed data, scales and biases instead of the dtype row.
-    """
-    if isinstance(policy, QuantizedPolicy):
-        per_buffer = sum(policy.component_row_bytes(layer.kv_heads, layer.head_dim, layer.itemsize_bytes))
-    else:
-        per_buffer = layer.row_bytes
-    return kv_buffers * per_buffer + (layer.extra_row_bytes if include_extra else 0)
-
-
 def provisioned_bytes_for_steps(
     model: ModelSpec,
     policy_dict: Mapping[str, Any],
@@ -131,7 +108,7 @@ def provisioned_bytes_for_steps(
     cache: dict[LayerSpec, int] = {}  # identical layers replay once
     for layer in model.layers:
         if layer not in cache:
-            policy = layer_policy(policy_dict, layer, context, rotate_windows=rotate_windows)
+            policy = layer_policy(policy_dict, layer, context, window_layers="rotating" if rotate_windows else "policy")
             rows = layer_capacity_rows(policy, layer, steps)
             cache[layer] = rows * row_bytes(layer, policy, kv_buffers=kv_buffers, include_extra=include_extra)
         total += cache[layer]

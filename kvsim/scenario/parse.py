@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsim.core.errors import KvsimError
+from kvsim.scenario.layer import KV_BUFFERS, WINDOW_LAYERS, layer_policy, layer_problem
 from kvsim.scenario.presets import PRESET_NAMES, load_preset
 from kvsim.scenario.spec import DTYPE_BYTES, LayerSpec, ModelSpec
 from policies.growth import GrowthPolicy
-from policies.parse import PolicyError, policy_from_dict, rows_field
+from policies.parse import PolicyError, rows_field
 
 BACKENDS = ("mlx-cpu", "mlx-cuda", "mlx-metal")
 CONSUMERS = ("last_row", "sdpa")
 MAX_TOKENS = 1 << 24  # 16M tokens
 MAX_LAYERS = 1024
 MAX_KV_BYTES = 1 << 50  # 1 PiB: beyond any device
+
+SCENARIO_KEYS = ("id", "backend", "model", "policy", "workload", "consumer", "window_layers")
+MODEL_KEYS = ("preset", "layers", "n_layers", "kv_buffers")
+LAYER_KEYS = ("kv_heads", "head_dim", "dtype", "ratio", "window_rows", "extra_row_bytes")
+WORKLOAD_KEYS = ("prompt_tokens", "prefill_chunk", "decode_tokens", "batch")
 
 
 class ScenarioError(PolicyError, KvsimError):
@@ -58,6 +64,8 @@ class Scenario:
     policy: tuple[tuple[str, Any], ...]
     workload: Workload
     consumer: str = "last_row"
+    window_layers: str = "rotating"
+    """How sliding-window layers run: mlx-lm's rotating cache, or ``"policy"``: the scenario's policy."""
 
     @property
     def policy_name(self) -> str:
@@ -67,8 +75,8 @@ class Scenario:
         return dict(self.policy)
 
     def layer_policy(self, layer: LayerSpec) -> GrowthPolicy:
-        """The growth policy instance for one layer (context-sized policies depend on ratio)."""
-        return policy_from_dict(self.policy_dict(), ratio=layer.ratio, context_tokens=self.workload.total_tokens)
+        """The growth policy one layer runs (``kvsim.scenario.layer.layer_policy``)."""
+        return layer_policy(self.policy_dict(), layer, self.workload.total_tokens, window_layers=self.window_layers)
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as a contract JSON object (per-layer model form)."""
@@ -84,7 +92,7 @@ class Scenario:
         return {
             "id": self.id,
             "backend": self.backend,
-            "model": {"layers": layers},
+            "model": {"layers": layers, "kv_buffers": self.model.kv_buffers},
             "policy": self.policy_dict(),
             "workload": {
                 "prompt_tokens": w.prompt_tokens,
@@ -93,12 +101,20 @@ class Scenario:
                 "batch": w.batch,
             },
             "consumer": self.consumer,
+            "window_layers": self.window_layers,
         }
 
 
-def _object(obj: Any, where: str) -> Mapping[str, Any]:
+def _object(obj: Any, where: str, keys: tuple[str, ...] | None = None) -> Mapping[str, Any]:
+    """``obj`` as a mapping; with ``keys``, a field outside them is an error naming it (a typo is never ignored)."""
     if not isinstance(obj, Mapping):
         raise ScenarioError(where, obj, "must be an object")
+    if keys is not None:
+        unknown = sorted((k for k in obj if k not in keys), key=str)
+        if unknown:
+            key = unknown[0] if isinstance(unknown[0], str) and unknown[0].isprintable() and unknown[0] else repr(unknown[0])
+            raise ScenarioError(f"{where}.{key}" if where != "scenario" else key, obj[unknown[0]],
+                                f"unknown field (known: {', '.join(keys)})")
     return obj
 
 
@@ -113,7 +129,7 @@ def _int(obj: Mapping[str, Any], key: str, where: str, default: Any = ..., lo: i
 
 
 def _layer(obj: Any, where: str, defaults: Mapping[str, Any] | None = None) -> LayerSpec:
-    obj = {**(defaults or {}), **_object(obj, where)}
+    obj = {**(defaults or {}), **_object(obj, where, LAYER_KEYS)}
     dtype = obj.get("dtype", "float16")
     if dtype not in DTYPE_BYTES:
         raise ScenarioError(f"{where}.dtype", dtype, f"must be one of {list(DTYPE_BYTES)}")
@@ -132,24 +148,35 @@ def parse_model(obj: Any, where: str = "model") -> ModelSpec:
     """A uniform, per-layer or preset model object."""
     obj = _object(obj, where)
     if "preset" in obj:
+        _object(obj, where, ("preset", "kv_buffers"))
         name = obj["preset"]
         if name not in PRESET_NAMES:
             raise ScenarioError(f"{where}.preset", name, f"unknown preset (known: {', '.join(PRESET_NAMES)})")
-        return load_preset(name)
+        preset = load_preset(name)
+        return replace(preset, kv_buffers=_kv_buffers(obj, where, preset.kv_buffers))
     if "layers" in obj:
         layers = obj["layers"]
         if not isinstance(layers, list) or not layers:
             raise ScenarioError(f"{where}.layers", layers, "must be a non-empty list")
         if len(layers) > MAX_LAYERS:
             raise ScenarioError(f"{where}.layers", f"<{len(layers)} layers>", f"at most {MAX_LAYERS} layers")
-        return ModelSpec("custom", tuple(_layer(x, f"{where}.layers[{i}]") for i, x in enumerate(layers)))
+        _object(obj, where, ("layers", "kv_buffers"))
+        parsed = tuple(_layer(x, f"{where}.layers[{i}]") for i, x in enumerate(layers))
+        return ModelSpec("custom", parsed, kv_buffers=_kv_buffers(obj, where, 2))
     n_layers = _int(obj, "n_layers", where, hi=MAX_LAYERS)
-    layer = _layer({k: v for k, v in obj.items() if k != "n_layers"}, where)
-    return ModelSpec("uniform", (layer,) * n_layers)
+    layer = _layer({k: v for k, v in obj.items() if k not in ("n_layers", "kv_buffers")}, where)
+    return ModelSpec("uniform", (layer,) * n_layers, kv_buffers=_kv_buffers(obj, where, 2))
+
+
+def _kv_buffers(obj: Mapping[str, Any], where: str, default: int) -> int:
+    value = obj.get("kv_buffers", default)
+    if isinstance(value, bool) or value not in KV_BUFFERS:
+        raise ScenarioError(f"{where}.kv_buffers", value, f"must be one of {list(KV_BUFFERS)}")
+    return int(value)
 
 
 def parse_workload(obj: Any, where: str = "workload") -> Workload:
-    obj = _object(obj, where)
+    obj = _object(obj, where, WORKLOAD_KEYS)
     w = Workload(
         prompt_tokens=_int(obj, "prompt_tokens", where),
         prefill_chunk=_int(obj, "prefill_chunk", where),
@@ -171,7 +198,7 @@ def parse_scenario(obj: Any, backend: str | None = None) -> Scenario:
     Raises:
         ScenarioError: naming the first invalid field and its value.
     """
-    obj = _object(obj, "scenario")
+    obj = _object(obj, "scenario", SCENARIO_KEYS)
     if "id" not in obj:
         raise ScenarioError("id", None, "missing required field")
     sid = obj["id"]
@@ -186,14 +213,21 @@ def parse_scenario(obj: Any, backend: str | None = None) -> Scenario:
     consumer = obj.get("consumer", "last_row")
     if consumer not in CONSUMERS:
         raise ScenarioError("consumer", consumer, f"must be one of {list(CONSUMERS)}")
+    window_layers = obj.get("window_layers", "rotating")
+    if window_layers not in WINDOW_LAYERS:
+        raise ScenarioError("window_layers", window_layers, f"must be one of {list(WINDOW_LAYERS)}")
     model = parse_model(obj["model"])
     workload = parse_workload(obj["workload"])
     policy = _object(obj["policy"], "policy")
     for layer in set(model.layers):  # validates the policy against every distinct layer
+        _check_window(model, layer, policy)
         try:
-            made = policy_from_dict(policy, ratio=layer.ratio, context_tokens=workload.total_tokens)
+            made = layer_policy(policy, layer, workload.total_tokens, window_layers=window_layers)
         except PolicyError as err:
             raise ScenarioError(err.field, err.value, err.problem) from None
+        problem = layer_problem(layer, made)
+        if problem is not None:
+            raise ScenarioError(f"model.layers[{model.layers.index(layer)}].{problem[0]}", problem[1], problem[2])
         if made.name == "quantized" and layer.head_dim % made.group_size:  # type: ignore[attr-defined]
             raise ScenarioError("policy.group_size", made.group_size, f"must divide head_dim {layer.head_dim}")  # type: ignore[attr-defined]
     kv_bytes = model.kv_bytes_per_token(workload.batch) * workload.total_tokens
@@ -203,4 +237,14 @@ def parse_scenario(obj: Any, backend: str | None = None) -> Scenario:
         json.dumps(policy)
     except (TypeError, ValueError):
         raise ScenarioError("policy", policy, "must be plain JSON") from None
-    return Scenario(sid, backend, model, tuple(sorted(policy.items())), workload, consumer)
+    return Scenario(sid, backend, model, tuple(sorted(policy.items())), workload, consumer, window_layers)
+
+
+def _check_window(model: ModelSpec, layer: LayerSpec, policy: Mapping[str, Any]) -> None:
+    """A window no larger than the context the scenario declares (``policy.context_tokens``, else the largest
+    context kvsim plays). A run shorter than the window is a short chat, not an error: the window never fills."""
+    context = policy.get("context_tokens", MAX_TOKENS)
+    context = context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else MAX_TOKENS
+    if layer.window_rows is not None and layer.window_rows > context // layer.ratio:
+        raise ScenarioError(f"model.layers[{model.layers.index(layer)}].window_rows", layer.window_rows,
+                            f"larger than the context's {context // layer.ratio} rows ({context} tokens)")

@@ -20,4 +20,5 @@ def load_preset(name: str) -> ModelSpec:
     for entry in doc["layers"]:
         layer = LayerSpec(**{k: entry[k] for k in _LAYER_KEYS if k in entry})
         layers.extend([layer] * int(entry.get("count", 1)))
-    return ModelSpec(name=doc["name"], layers=tuple(layers), source=doc.get("source", ""), notes=doc.get("notes", ""))
+    return ModelSpec(name=doc["name"], layers=tuple(layers), source=doc.get("source", ""), notes=doc.get("notes", ""),
+                     kv_buffers=int(doc.get("kv_buffers", 2)))

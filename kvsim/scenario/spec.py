@@ -53,17 +53,23 @@ class ModelSpec:
     """A model's KV-cache-bearing layers, in order."""
 
     name: str
+    """The preset's name, ``uniform`` or ``custom``."""
     layers: tuple[LayerSpec, ...]
+    """The layers that hold a KV cache, in order."""
     source: str = ""
+    """Where the geometry comes from (a preset cites its public source)."""
     notes: str = field(default="", compare=False)
+    """Free text shown with a preset."""
+    kv_buffers: int = 2
+    """Buffers of attention rows per layer: 2 for separate K and V (mlx-lm), 1 for a shared latent (ds4)."""
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
 
     def kv_bytes_per_token(self, batch: int = 1) -> float:
-        """Average K+V bytes one token adds across all layers (full caches)."""
-        return sum(2 * lay.row_bytes * batch / lay.ratio for lay in self.layers)
+        """Average bytes one token adds across all layers (full caches, companion rows included)."""
+        return sum((self.kv_buffers * lay.row_bytes + lay.extra_row_bytes) * batch / lay.ratio for lay in self.layers)
 
     def shapes(self) -> tuple[tuple[int, int, str], ...]:
         """Distinct (kv_heads, head_dim, dtype) in first-seen order (the input pool)."""

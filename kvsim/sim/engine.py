@@ -12,17 +12,18 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from kvsim.scenario.layer import layer_buffers
 from kvsim.scenario.parse import Scenario
 from kvsim.scenario.spec import LayerSpec
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffer, Buffers, EvalState, donatable, run_eval
 from kvsim.sim.graph import StepGraph
-from kvsim.sim.layer_ops import PACKED_ITEMSIZE_BYTES, Component, LayerStep, fetch_held, read, update
+from kvsim.sim.layer_ops import Component, LayerStep, fetch_held, read, update
 from kvsim.sim.patterns import step_patterns
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import MemoryEvent, TimelineRun
 from kvsim.sim.workspace import load_workspace_table
-from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, QuantizedPolicy, RotatingPolicy
+from policies.growth import Growth, GrowthPolicy, LowPeakPolicy, Mechanism, RotatingPolicy
 
 
 @dataclass(slots=True, eq=False)
@@ -49,16 +50,6 @@ class StepOutcome:
     copied_bytes: int
 
 
-def components(layer: LayerSpec, policy: GrowthPolicy, batch: int) -> tuple[Component, ...]:
-    """The buffers one layer's cache holds: K and V, or their quantized parts."""
-    isz = layer.itemsize_bytes
-    if isinstance(policy, QuantizedPolicy):
-        packed, scales, biases = policy.component_row_bytes(layer.kv_heads, layer.head_dim, isz)
-        parts = (("packed", packed, PACKED_ITEMSIZE_BYTES), ("scales", scales, isz), ("biases", biases, isz))
-        return tuple(Component(f"{kv}.{n}", b * batch, s) for kv in ("K", "V") for n, b, s in parts)
-    return (Component("K", layer.row_bytes * batch, isz), Component("V", layer.row_bytes * batch, isz))
-
-
 class Engine:
     """Runs one scenario on one backend profile."""
 
@@ -77,7 +68,9 @@ class Engine:
                              f"the {profile.name} profile MLX {profile.mlx_version}")
         w = scenario.workload
         self.layers = [
-            LayerState(lay, pol := scenario.layer_policy(lay), components(lay, pol, w.batch)) for lay in scenario.model.layers
+            LayerState(lay, pol := scenario.layer_policy(lay),
+                       layer_buffers(lay, pol, batch=w.batch, kv_buffers=scenario.model.kv_buffers))
+            for lay in scenario.model.layers
         ]
         self.pool_buffers: dict[tuple[int, int, str], int] = {}
         for shape in scenario.model.shapes():

@@ -8,23 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.scenario.layer import COMPANION, PACKED_ITEMSIZE_BYTES, QUANT_PARTS, LayerBuffer
 from kvsim.sim.attention import cuda_cudnn_attention, cuda_vector_two_pass_temps_bytes, fused_attention
 from kvsim.sim.graph import StepGraph
 from kvsim.sim.workspace import WorkspaceTable
 from policies.growth import Growth, Mechanism
 
-QUANT_PARTS = ("packed", "scales", "biases")
-PACKED_ITEMSIZE_BYTES = 4  # a quantized cache's packed words are uint32
 ALL_REDUCE_ACCUMULATOR_BYTES = 4  # MLX-CUDA's all_reduce partials: float for half types, 4-byte ints
 
-
-@dataclass(frozen=True, slots=True)
-class Component:
-    """One buffer of a layer's cache: ``K``, ``V`` or a quantized part such as ``K.scales``."""
-
-    name: str
-    row_bytes: int  # bytes per row including batch
-    itemsize_bytes: int
+Component = LayerBuffer
+"""One buffer of a layer's cache (``kvsim.scenario.layer``): ``K``, ``V``, ``KV``, ``K.scales``, ``index``..."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +45,14 @@ def update(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], old: dic
     """
     n, isz = step.rows, step.k_itemsize_bytes
     whole = n == step.pool_rows
-    quantized = len(comps) > 2
-    new = {
-        "K": g.scaled(step.pool, n * comps[0].row_bytes if not quantized else n * step.q_row_bytes, isz, whole),
-        "V": g.scaled(step.pool, n * comps[0].row_bytes if not quantized else n * step.q_row_bytes, isz, whole),
-    }
+    attention = [c.name.split(".")[0] for c in comps if c.name != COMPANION]
+    quantized = len(attention) > len(set(attention))
+    new = {kv: g.scaled(step.pool, n * step.q_row_bytes, isz, whole) for kv in dict.fromkeys(attention)}
     if quantized:
         new = _quantize(g, step, comps, new)
+    for c in comps:  # the companion's rows (ds4's indexer keys): computed from the step's input like K
+        if c.name == COMPANION:
+            new[c.name] = g.scaled(step.pool, n * c.row_bytes, c.itemsize_bytes, False)
     gr = step.growth
     base: dict[str, int] = {}
     if gr is None:
@@ -120,7 +114,7 @@ def fetch_held(g: StepGraph, step: LayerStep, old: dict[str, int]) -> dict[str, 
 def _quantize(g: StepGraph, step: LayerStep, comps: tuple[Component, ...], new: dict[str, int]) -> dict[str, int]:
     """``mx.quantize`` of the new K and V: one op with three outputs (packed, scales, biases)."""
     out: dict[str, int] = {}
-    for kv in ("K", "V"):
+    for kv in new:
         parts = [c for c in comps if c.name.split(".")[0] == kv]
         ids = []
         for c in parts:
@@ -135,16 +129,36 @@ def read(
     g: StepGraph, step: LayerStep, comps: tuple[Component, ...], fetched: dict[str, int], consumer: str,
     held_rows_after: int, sdpa_kernels: str = "fallback", workspace: WorkspaceTable | None = None,
 ) -> int:
-    """Add the consumer's read of the returned K and V; return the output array id.
+    """Add the consumer's read of the returned K and V (a shared latent is both) and of a companion's last
+    row; return the output array id.
 
     ``sdpa`` is one fused op where the backend has a kernel for it (``kvsim.sim.attention``), else
     MLX's fallback graph: scale, ``q @ k.T``, causal mask, softmax, ``@ v``; each matmul holds
     the cuBLASLt workspace ``workspace`` measured for its shape until its command buffer completes.
     """
+    companion = next((c for c in comps if c.name == COMPANION), None)
+    if companion is None:
+        return _read_kv(g, step, comps, fetched, consumer, held_rows_after, sdpa_kernels, workspace)
+    out = _read_kv(g, step, comps[:-1], fetched, consumer, held_rows_after, sdpa_kernels, workspace)
+    row = (companion.row_bytes // companion.itemsize_bytes, companion.itemsize_bytes)
+    last = _last_row_sum(g, fetched[COMPANION], row, companion.itemsize_bytes, strided=False)
+    return g.op("Add", [out, last], step.k_itemsize_bytes, donors=(0, 1))
+
+
+def _read_kv(
+    g: StepGraph, step: LayerStep, comps: tuple[Component, ...], fetched: dict[str, int], consumer: str,
+    held_rows_after: int, sdpa_kernels: str, workspace: WorkspaceTable | None,
+) -> int:
+    """The consumer's read of the attention buffers (see ``read``)."""
     isz = step.k_itemsize_bytes
     capacity = step.growth.capacity_rows if step.growth is not None else step.capacity_rows
     strided = step.batch_heads > 1 and capacity > 1  # k[:, :, -1, :] skips the other rows of each head
     rows = {c.name.split(".")[-1]: (c.row_bytes // c.itemsize_bytes, c.itemsize_bytes) for c in comps}  # elements, itemsize
+    if "KV" in fetched:  # a shared latent is read as both K and V
+        fetched = {"K": fetched["KV"], "V": fetched["KV"]}
+        rows["K"] = rows["KV"]
+    elif "KV.packed" in fetched:
+        fetched = {f"{kv}.{p}": fetched[f"KV.{p}"] for kv in ("K", "V") for p in QUANT_PARTS}
     if "K" not in fetched:  # quantized: every part's last row is summed (sdpa reads them the same way)
         return _sum_last_rows(g, [fetched[f"K.{p}"] for p in QUANT_PARTS], [fetched[f"V.{p}"] for p in QUANT_PARTS], isz,
                               [rows[p] for p in QUANT_PARTS], strided, packed=True)
@@ -211,6 +225,12 @@ def _sum(g: StepGraph, src: int, out_bytes: int, work_bytes: int, elements: int,
     return out
 
 
+def _last_row_sum(g: StepGraph, arr: int, row: tuple[int, int], out_bytes: int, strided: bool) -> int:
+    """``arr[:, :, -1, :].sum()``; ``row`` is (elements of one row, batch included; itemsize)."""
+    sliced = g.view("Squeeze", g.view("Slice", arr))
+    return g.view("Squeeze", _sum(g, sliced, out_bytes, out_bytes, *row, strided))
+
+
 def _sum_last_rows(
     g: StepGraph, keys: list[int], values: list[int], isz: int, rows: list[tuple[int, int]], strided: bool,
     packed: bool = False,
@@ -223,8 +243,7 @@ def _sum_last_rows(
     type promotion does."""
 
     def last_row_sum(arr: int, row: tuple[int, int], out_bytes: int = isz) -> int:
-        sliced = g.view("Squeeze", g.view("Slice", arr))
-        return g.view("Squeeze", _sum(g, sliced, out_bytes, out_bytes, *row, strided))
+        return _last_row_sum(g, arr, row, out_bytes, strided)
 
     def total(parts: list[int]) -> int:
         if packed:
