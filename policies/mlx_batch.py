@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, BatchRotatingKVCache
+from mlx_lm.models.cache import BatchKVCache
 
 from policies.growth import Growth, GrowthPolicy
 from policies.mlx_base import PolicyKVCache
 
 
-def _check_same_policy(caches: list[Any]) -> tuple[type, GrowthPolicy]:
+def check_same_policy(caches: list[Any]) -> tuple[type, GrowthPolicy]:
     """Caches batched together must be one class with one policy (their extracts share it)."""
     if not caches:
         raise ValueError("caches: merge needs at least one cache, got []")
@@ -84,7 +84,7 @@ class BatchPolicyKVCache(BatchKVCache):
     @classmethod
     def merge(cls, caches: list[Any]) -> BatchPolicyKVCache:
         """mlx-lm ``BatchKVCache.merge``: right-justify each history in one zero buffer, left padding noted."""
-        cache_cls, policy = _check_same_policy(caches)
+        cache_cls, policy = check_same_policy(caches)
         lengths = [c.size() for c in caches]
         max_rows = max(lengths)
         batch = cls([max_rows - n for n in lengths], cache_cls, policy)
@@ -109,41 +109,4 @@ class BatchPolicyKVCache(BatchKVCache):
         batch.keys, batch.values = keys, values
         batch.offset += max_rows
         batch._idx = max_rows
-        return batch
-
-
-class BatchRotatingPolicyKVCache(BatchRotatingKVCache):
-    """mlx-lm ``BatchRotatingKVCache`` with the policy's ``step``; ``extract`` gives a rotating policy cache.
-
-    As in mlx-lm, the batched ring keeps no ``keep`` rows; the extracted cache keeps ``policy.keep_rows``
-    again from its next wrap.
-    """
-
-    def __init__(self, max_size: int, left_padding: list[int], policy: GrowthPolicy | None = None) -> None:
-        super().__init__(max_size, left_padding)
-        self.policy = policy  # the rotating policy (set by ``merge``)
-        if policy is not None:
-            self.step = policy.step_rows  # type: ignore[attr-defined]
-
-    def extend(self, other: Any) -> None:
-        """mlx-lm ``BatchRotatingKVCache.extend``, for a batch of the same policy only."""
-        if not isinstance(other, BatchRotatingPolicyKVCache) or other.policy != self.policy:
-            found = getattr(other, "policy", type(other).__name__)
-            raise ValueError(f"caches: a batch of {self.policy} cannot extend with {found}; install one policy for all")
-        super().extend(other)
-
-    def extract(self, idx: int) -> PolicyKVCache:
-        from policies.mlx_rotating import RotatingPolicyKVCache  # the rotating module imports this one
-
-        plain = super().extract(idx)
-        cache = RotatingPolicyKVCache(self.policy)  # type: ignore[arg-type]
-        cache.keys, cache.values, cache.offset, cache._idx = plain.keys, plain.values, plain.offset, plain._idx
-        return cache
-
-    @classmethod
-    def merge(cls, caches: list[Any]) -> BatchRotatingPolicyKVCache:
-        """mlx-lm ``BatchRotatingKVCache.merge`` (temporal order, right-justified), the policy kept."""
-        _, policy = _check_same_policy(caches)
-        batch = super().merge(caches)
-        batch.policy, batch.step = policy, policy.step_rows  # type: ignore[attr-defined]
         return batch

@@ -21,6 +21,7 @@ from typing import Any
 from mlx_lm.models import cache as lm_cache
 
 from policies.mlx_base import PolicyKVCache
+from policies.mlx_caches import CLASSES, cache_for
 
 FORMAT_VERSION = "1"  # kvsim_format written and read here
 FORMAT_KEY, POLICIES_KEY = "kvsim_format", "kvsim_policies"  # no dots: mlx-lm's tree_unflatten splits on them
@@ -124,8 +125,6 @@ def load_prompt_cache(
 
 
 def _from_mlx_lm(cache: Any, meta: Any, layer: int, file_name: str) -> PolicyKVCache:
-    from policies.mlx import CLASSES
-
     name = meta[0] if isinstance(meta, list) and meta else None
     if name not in CLASSES:
         raise ValueError(f"{file_name}: layer {layer}: policy {name!r} has no MLX cache (known: {', '.join(CLASSES)})")
@@ -136,8 +135,6 @@ def _from_mlx_lm(cache: Any, meta: Any, layer: int, file_name: str) -> PolicyKVC
 
 
 def _check_policy(caches: list[Any], policy: Any, max_context: int | None, file_name: str) -> None:
-    from policies.mlx import cache_for
-
     wanted = cache_for(policy, context_tokens=max_context).policy
     for i, c in enumerate(caches):
         if isinstance(c, PolicyKVCache) and c.policy != wanted:
@@ -157,8 +154,6 @@ def convert_prompt_cache(caches: list[Any], policy: Any, *, max_context: int | N
         ValueError: one line, when a layer does not fit the policy (a plain ``KVCache`` for a quantized or
             rotating policy, other bits or window sizes).
     """
-    from policies.mlx import cache_for
-
     made = cache_for(policy, context_tokens=max_context)
     source = _LM_CLASS.get(made.policy_name, lm_cache.KVCache)
     out = []

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import RotatingKVCache
+from mlx_lm.models.cache import BatchRotatingKVCache, RotatingKVCache
 
-from policies.growth import Mechanism, RotatingPolicy
+from policies.growth import GrowthPolicy, Mechanism, RotatingPolicy
 from policies.mlx_base import PolicyKVCache, check_kv_pair, check_offset, check_trim, length_of
-from policies.mlx_batch import BatchRotatingPolicyKVCache
+from policies.mlx_batch import check_same_policy
 from policies.parse import policy_from_dict
 
 
@@ -139,3 +139,38 @@ class RotatingPolicyKVCache(PolicyKVCache):
         if not isinstance(state, (tuple, list)) or len(state) != 6:
             raise ValueError(f"state: rotating needs (keys, values, offset, keep, max_size, idx), got {type(state).__name__} of length {length_of(state)}")
         return policy_from_dict({"name": "rotating", "max_size": state[4], "keep": state[3]}, where="state")  # type: ignore[return-value]
+
+
+class BatchRotatingPolicyKVCache(BatchRotatingKVCache):
+    """mlx-lm ``BatchRotatingKVCache`` with the policy's ``step``; ``extract`` gives a rotating policy cache.
+
+    As in mlx-lm, the batched ring keeps no ``keep`` rows; the extracted cache keeps ``policy.keep_rows``
+    again from its next wrap.
+    """
+
+    def __init__(self, max_size: int, left_padding: list[int], policy: GrowthPolicy | None = None) -> None:
+        super().__init__(max_size, left_padding)
+        self.policy = policy  # the rotating policy (set by ``merge``)
+        if policy is not None:
+            self.step = policy.step_rows  # type: ignore[attr-defined]
+
+    def extend(self, other: Any) -> None:
+        """mlx-lm ``BatchRotatingKVCache.extend``, for a batch of the same policy only."""
+        if not isinstance(other, BatchRotatingPolicyKVCache) or other.policy != self.policy:
+            found = getattr(other, "policy", type(other).__name__)
+            raise ValueError(f"caches: a batch of {self.policy} cannot extend with {found}; install one policy for all")
+        super().extend(other)
+
+    def extract(self, idx: int) -> PolicyKVCache:
+        plain = super().extract(idx)
+        cache = RotatingPolicyKVCache(self.policy)  # type: ignore[arg-type]
+        cache.keys, cache.values, cache.offset, cache._idx = plain.keys, plain.values, plain.offset, plain._idx
+        return cache
+
+    @classmethod
+    def merge(cls, caches: list[Any]) -> BatchRotatingPolicyKVCache:
+        """mlx-lm ``BatchRotatingKVCache.merge`` (temporal order, right-justified), the policy kept."""
+        _, policy = check_same_policy(caches)
+        batch = super().merge(caches)
+        batch.policy, batch.step = policy, policy.step_rows  # type: ignore[attr-defined]
+        return batch
