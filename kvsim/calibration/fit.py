@@ -13,6 +13,8 @@ of them are multiplied by one factor. The fit uses that split:
    a ``lowpeak`` cache's barrier evals (``fit_barrier``). Both move host time, so they come before
    the time model. Last of the peak fields, how far below the structural floor the range may
    reach (``fit_floor_margin``).
+   **Load** (CPU): the share of each step's transient a run on a busy host still reaches and the margin
+   above the point (``fit_load``); the range only, no peak or time moves.
 3. **Time model**: a factor on the simulated eval time and a cost per graph array, minimising the
    mean |log(measured / simulated)| decode-step time (``fit_scale``; peaks do not move).
 """
@@ -45,7 +47,15 @@ from kvsim.calibration.validate import (
 )
 from kvsim.core.paths import REPO_DIR
 from kvsim.sim.engine import simulate_timeline
-from kvsim.sim.peak_range import bound_range, floor_clamp, peak_of, point_estimate, profile_range
+from kvsim.sim.peak_range import (
+    bound_range,
+    floor_clamp,
+    load_low,
+    peak_of,
+    point_estimate,
+    profile_range,
+    step_transients,
+)
 from kvsim.sim.profile import FITTED_FIELDS, BackendProfile
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
@@ -63,6 +73,8 @@ POINT_WEIGHT_GRID = (1.0, 0.75, 0.5, 0.25, 0.0)  # candidates for peak_point_wei
 GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets are 5% median, 12% max)
 # candidates for range_floor_margin; 1.0 is no floor (ties keep the smallest: the floor is a bound)
 FLOOR_MARGIN_GRID = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 1.0)
+LOAD_SHARE_GRID = tuple(round(0.02 * i, 2) for i in range(51))  # candidates for load_transient_share (0..1)
+LOAD_MARGIN_GRID = (0.0, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05)  # candidates for load_high_margin
 EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
 ROBUST_SHRINK = 1.02  # tie-break: runs still inside when both range ends move 2% inwards
 RANDOM_STARTS = 8
@@ -355,6 +367,38 @@ def fit_floor_margin(observations: list[Observation], profile: BackendProfile, l
     return replace(profile, range_floor_margin=best), len(variants) * len(observations)
 
 
+def transient_table(observations: list[Observation], profile: BackendProfile) -> np.ndarray:
+    """``step_transients`` of every observation's scenario, shape (scenarios, steps, 2), padded with zeros
+    (a padded step's low end is 0, below any real one)."""
+    rows = [step_transients(simulate_timeline(o.scenario, profile, False).timeline) for o in observations]
+    table = np.zeros((len(rows), max(map(len, rows)), 2))
+    for i, r in enumerate(rows):
+        table[i, : len(r)] = r
+    return table
+
+
+def fit_load(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
+    """CPU: the range runs on a busy host fall in (``load_transient_share``, ``load_high_margin``), from grids:
+    the pair whose range (``kvsim.sim.peak_range.load_range``) holds the most training runs, then the
+    narrowest (the largest share, then the smallest margin). Only the range moves: the point is the quiet
+    host's peak."""
+    table = transient_table(observations, profile)
+    point = table[:, :, 1].max(axis=1)
+    runs = run_matrix(observations)
+    best: tuple[tuple[int, float, float], float, float] | None = None
+    for share, margin in itertools.product(LOAD_SHARE_GRID, LOAD_MARGIN_GRID):
+        low = np.minimum(np.ceil(load_low(table, share)), point) if share < 1 else point
+        key = (-runs_inside(runs, low, point * (1 + margin)), -share, margin)
+        if best is None or key < best[0]:
+            best = (key, share, margin)
+    assert best is not None
+    (neg_inside, _, _), share, margin = best
+    quiet = runs_inside(runs, point, point)
+    log(f"load: runs keep {share:g} of each step's transient and peak at most {margin:.2%} above the point; "
+        f"the range holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs ({quiet} at the point itself)")
+    return replace(profile, load_transient_share=share, load_high_margin=margin), len(observations)
+
+
 def _host_cost(bytes_per_s: float) -> float:
     """Host seconds per byte of a system allocation (rate 0 means free)."""
     return 0.0 if bytes_per_s == 0 else 1.0 / bytes_per_s
@@ -374,6 +418,8 @@ def fit_profile(
     evaluations = 0
     if not profile.is_gpu:
         profile, evaluations = fit_shape(train, profile, max_evals, log)
+        profile, load_evals = fit_load(train, profile, log)
+        evaluations += load_evals
     if profile.is_gpu:  # free timing moves host time (system allocations), so it goes before the time model
         profile, lag_evals = fit_lag(train, profile, log)
         profile, barrier_evals = fit_barrier(train, profile, log)

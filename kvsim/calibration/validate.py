@@ -199,7 +199,7 @@ def compare(obs: Observation, pred: Prediction, is_gpu: bool, reference_probe_s:
         else pct_error(pred.decode_step_s, obs.decode_step_s),
         "host_factor": host_factor(obs, reference_probe_s),
     }
-    if is_gpu:
+    if is_gpu or pred.peak_low_bytes < pred.peak_high_bytes:  # CPU: a profile with a load range
         row.update(peak_low_bytes=pred.peak_low_bytes, peak_high_bytes=pred.peak_high_bytes,
                    runs_in_range=inside, range_width=pred.peak_high_bytes / max(pred.peak_low_bytes, 1))
     return row
@@ -224,13 +224,15 @@ def summarise(rows: list[dict[str, Any]], is_gpu: bool) -> dict[str, Any]:
         f"final active max |err| <= {FINAL_MAX_PCT}%": final["max"] is not None and final["max"] <= FINAL_MAX_PCT,
         f"decode-step median |err| <= {DECODE_MEDIAN_PCT}%": decode["median"] is not None and decode["median"] <= DECODE_MEDIAN_PCT,
     }
-    if is_gpu:
-        runs = sum(r["runs"] for r in rows)
-        inside = sum(r["runs_in_range"] for r in rows)
-        widest = max((r["range_width"] for r in rows), default=None)
+    if is_gpu or any("runs_in_range" in r for r in rows):  # CPU: the load range, where the profile has one
+        ranged = [r for r in rows if "runs_in_range" in r]
+        runs = sum(r["runs"] for r in ranged)
+        inside = sum(r["runs_in_range"] for r in ranged)
+        widest = max((r["range_width"] for r in ranged), default=None)
         out.update(runs=runs, runs_in_range=inside, max_range_width=widest)
         targets["every run's peak in [low, high]"] = inside == runs
-        targets[f"range width <= {GPU_RANGE_WIDTH}x"] = widest is not None and widest <= GPU_RANGE_WIDTH
+        if is_gpu:
+            targets[f"range width <= {GPU_RANGE_WIDTH}x"] = widest is not None and widest <= GPU_RANGE_WIDTH
     out["targets"] = targets
     return out
 

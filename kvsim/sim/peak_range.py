@@ -1,4 +1,5 @@
-"""The predicted peak and the range it can fall in where frees are asynchronous (GPU backends).
+"""The predicted peak and the range it can fall in: where frees are asynchronous (GPU backends),
+and where a busy host stalls the CPU backend's host thread (``load_range``).
 
 The event model runs three times (four with a floor, below): with the fitted free timing, with
 the earliest frees (``profile.variant("low")``) and with the latest (``variant("high")``). The
@@ -21,17 +22,24 @@ it is committed (``BackendProfile.floor_variant``). No run peaks below it but by
 does not derive, so the range's low end is kept at or above ``1 - range_floor_margin`` of it
 (``floor_clamp``), and the width a centred range spent below the floor goes above it, where a late
 handler puts a run.
+
+On the CPU backend the model is the quiet host: the host thread runs ahead of the worker until
+``max_active_tasks`` tasks are in flight. On a busy host the host thread is descheduled while the
+worker completes tasks and frees their inputs, so a loaded run peaks lower, by a part of each step's
+transient; and now and then a little higher (``load_range``, ``docs/validation.md``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kvsim.scenario.parse import Scenario
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.profile import BackendProfile
+from kvsim.sim.result import TimelineRun
 
 
 def bound_range(
@@ -85,11 +93,43 @@ def point_estimate(fitted: Any, early: Any, late: Any, weight: float) -> Any:
     return weight * fitted + (1 - weight) * (early + late) / 2
 
 
+def step_transients(timeline: Iterable[TimelineRun]) -> list[tuple[int, int]]:
+    """``(settled, peak)`` bytes of every distinct step: its peak and the larger of the active bytes it
+    starts from and ends at, which no run of the step peaks below (a step's peak is read at a malloc,
+    after its inputs exist and before its outputs are freed). A run of identical steps gives two: its
+    first step (starting from the previous run's active bytes) and the rest (starting from their own)."""
+    out, before = [], 0
+    for run in timeline:
+        out.append((max(before, run.active_bytes), run.peak_bytes))
+        if run.step_count > 1:
+            out.append((run.active_bytes, run.peak_bytes))
+        before = run.active_bytes
+    return out
+
+
+def load_low(transients: Any, share: float) -> Any:
+    """The lowest peak a loaded run reaches: the largest over steps of ``settled + share x (peak - settled)``.
+    ``transients`` is ``step_transients``' list, or an array of shape (..., steps, 2) (the fit's table)."""
+    import numpy as np
+
+    t = np.asarray(transients, dtype=float)
+    return np.max(t[..., 0] + share * (t[..., 1] - t[..., 0]), axis=-1)
+
+
+def load_range(transients: list[tuple[int, int]], point: int, profile: BackendProfile) -> tuple[int, int]:
+    """CPU: ``(low, high)`` of a run's peak on a busy host (``BackendProfile.load_transient_share``,
+    ``load_high_margin``). A stall frees the tasks in flight at once, so a loaded step keeps at least
+    ``load_transient_share`` of its transient above its settled bytes; at most ``load_high_margin`` above
+    the point. Both fields at their defaults (1 and 0): the point, as on a quiet host."""
+    low = point if profile.load_transient_share >= 1 else min(math.ceil(load_low(transients, profile.load_transient_share)), point)
+    return low, max(math.floor(point * (1 + profile.load_high_margin)), point)
+
+
 def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -> PeakEstimate:
     """Point and range for ``scenario``; ``engine`` is its run under ``profile``'s fitted timing."""
     fitted = peak_of(engine)
     if not profile.is_gpu:
-        return PeakEstimate(fitted, fitted, fitted)
+        return PeakEstimate(fitted, *load_range(step_transients(engine.timeline), fitted, profile))
     early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
     floor = None
     if profile.range_floor_margin < 1:

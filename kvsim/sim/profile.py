@@ -50,6 +50,13 @@ class BackendProfile:
     The range's low end stays at or above ``1 - range_floor_margin`` of the structural floor, the peak
     when every command buffer frees its inputs the moment it is committed (``floor_variant``; 1: no floor).
 
+    Load (CPU, fitted): the event model plays a quiet host, whose host thread runs ahead of the worker.
+    On a busy host the host thread is descheduled while the worker completes the tasks in flight and
+    frees their inputs, so a run peaks lower. ``load_transient_share`` is the share of each step's
+    transient (its peak above the larger of the active bytes it starts from and ends at) that a loaded run
+    still reaches: the range's low end (1: none below the point); ``load_high_margin`` how far above the
+    point a run may land (``kvsim.sim.peak_range.load_range``).
+
     Timing (fitted): host seconds per graph node and per kernel launch, and per byte taken from the
     system rather than the buffer cache (``host_malloc_bytes_per_s``, 0 for free); device seconds per
     dispatch plus bytes moved over ``device_bytes_per_s``; ``completion_lag_s`` between a GPU
@@ -87,6 +94,8 @@ class BackendProfile:
     range_low_share: float = 0.2
     range_floor_margin: float = 1.0
     peak_point_weight: float = 1.0
+    load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
+    load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
     matmul_workspace: str = ""
@@ -151,6 +160,8 @@ FITTED_FIELDS: tuple[str, ...] = (
     "host_eval_call_s",
     "peak_point_weight",
     "host_probe_s",
+    "load_transient_share",
+    "load_high_margin",
 )
 
 DEFAULTS: dict[str, BackendProfile] = {
