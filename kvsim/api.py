@@ -17,6 +17,7 @@ def simulate(
     profile: BackendProfile | None = None,
     memory_limit_bytes: int | None = None,
     record_events: bool = True,
+    exact: bool = False,
 ) -> SimResult:
     """Simulate one scenario; a pure function of its arguments.
 
@@ -25,12 +26,14 @@ def simulate(
         profile: Backend profile; defaults to the shipped profile of ``scenario.backend``.
         memory_limit_bytes: Reports the first step whose peak exceeds it.
         record_events: Keep per-buffer alloc/free events of growth steps.
+        exact: Replay every growth step op by op (the reference); by default repeating cycles of
+            steps are derived (``kvsim.sim.extrapolate``).
     """
     profile = profile or load_profile(scenario.backend)
-    engine = simulate_timeline(scenario, profile, record_events)
+    engine = simulate_timeline(scenario, profile, record_events, exact)
     return SimResult(
         scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
-        _summary(engine, estimate_peak(scenario, profile, engine), memory_limit_bytes),
+        _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),
     )
 
 

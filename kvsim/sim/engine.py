@@ -333,10 +333,19 @@ class Engine:
             start += 1
 
 
-def simulate_timeline(scenario: Scenario, profile: BackendProfile, record_events: bool = True) -> Engine:
-    """Run the engine to completion under a simpy clock; return it for inspection."""
+def simulate_timeline(
+    scenario: Scenario, profile: BackendProfile, record_events: bool = True, exact: bool = True
+) -> Engine:
+    """Run the engine to completion under a simpy clock; return it for inspection.
+
+    ``exact=False`` jumps over repeating cycles of steps (``kvsim.sim.extrapolate``)."""
     env = simpy.Environment()
-    engine = Engine(scenario, profile, record_events)
+    if exact:
+        engine = Engine(scenario, profile, record_events)
+    else:
+        from kvsim.sim.extrapolate import FastEngine  # imports this module
+
+        engine = FastEngine(scenario, profile, record_events)
     env.process(engine.run(env))
     env.run()
     return engine

@@ -125,15 +125,16 @@ def load_range(transients: list[tuple[int, int]], point: int, profile: BackendPr
     return low, max(math.floor(point * (1 + profile.load_high_margin)), point)
 
 
-def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine) -> PeakEstimate:
-    """Point and range for ``scenario``; ``engine`` is its run under ``profile``'s fitted timing."""
+def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine, exact: bool = True) -> PeakEstimate:
+    """Point and range for ``scenario``; ``engine`` is its run under ``profile``'s fitted timing
+    (``exact=False``: the range's runs in fast mode too, ``kvsim.sim.extrapolate``)."""
     fitted = peak_of(engine)
     if not profile.is_gpu:
         return PeakEstimate(fitted, *load_range(step_transients(engine.timeline), fitted, profile))
-    early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), record_events=False)) for end in ("low", "high"))
+    early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), False, exact)) for end in ("low", "high"))
     floor = None
     if profile.range_floor_margin < 1:
-        floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), record_events=False))
+        floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), False, exact))
     low, high = profile_range(profile, fitted, early, late, floor)
     low, high = math.ceil(low), math.floor(high)
     point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
