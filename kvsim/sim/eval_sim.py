@@ -160,8 +160,11 @@ def run_eval(
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
     table, new, alloc = buffers.table, buffers.new, buffers.alloc
     malloc_rate = profile.host_malloc_bytes_per_s
-    for a in order:
+    stall_op = profile.host_stall_op  # analysis only (BackendProfile.host_stall_op); -1 in predictions
+    for k, a in enumerate(order):
         arr = arrays[a]
+        if k == stall_op:  # a busy host: the host thread waits while the worker catches up
+            host_t = max(host_t, device_free_t)
         host_t += node_s + arr.kernels * kernel_s
         if frees and frees[0][0] <= host_t:
             drain(host_t)

@@ -96,6 +96,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
+    host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
     matmul_workspace: str = ""
