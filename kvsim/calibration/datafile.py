@@ -9,6 +9,7 @@ later line is ``{"kind": "measurement", "id", "split", "repeat", "scenario", "st
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -99,9 +100,9 @@ def read_calibration(
         CalibrationFileError: naming the file and the first bad line.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+    try:  # ``.jsonl.xz``: measurement data shipped compressed (data/cpu-load)
+        text = lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, lzma.LZMAError) as err:
         raise CalibrationFileError(path, None, f"cannot read: {err}") from None
     lines = text.split("\n")
     complete = text.endswith("\n")
@@ -124,11 +125,11 @@ def read_calibration(
 
 
 def calibration_paths(sources: Iterable[str | Path]) -> list[Path]:
-    """Expand directories to their ``*.jsonl`` files (sorted); files are kept as given."""
+    """Expand directories to their ``*.jsonl`` and ``*.jsonl.xz`` files (sorted); files are kept as given."""
     paths: list[Path] = []
     for source in sources:
         source = Path(source)
-        paths.extend(sorted(source.glob("*.jsonl")) if source.is_dir() else [source])
+        paths.extend(sorted([*source.glob("*.jsonl"), *source.glob("*.jsonl.xz")]) if source.is_dir() else [source])
     return paths
 
 
