@@ -74,6 +74,7 @@ GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets
 # candidates for range_floor_margin; 1.0 is no floor (ties keep the smallest: the floor is a bound)
 FLOOR_MARGIN_GRID = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 1.0)
 LOAD_SHARE_GRID = tuple(round(0.02 * i, 2) for i in range(51))  # candidates for load_transient_share (0..1)
+LOAD_ROBUST_SHARE = 0.1  # tie-break: runs still inside when the low end moves this share of the way to the point
 LOAD_MARGIN_GRID = (0.0, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05)  # candidates for load_high_margin
 EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
 ROBUST_SHRINK = 1.02  # tie-break: runs still inside when both range ends move 2% inwards
@@ -379,20 +380,24 @@ def transient_table(observations: list[Observation], profile: BackendProfile) ->
 
 def fit_load(observations: list[Observation], profile: BackendProfile, log: Log) -> tuple[BackendProfile, int]:
     """CPU: the range runs on a busy host fall in (``load_transient_share``, ``load_high_margin``), from grids:
-    the pair whose range (``kvsim.sim.peak_range.load_range``) holds the most training runs, then the
-    narrowest (the largest share, then the smallest margin). Only the range moves: the point is the quiet
-    host's peak."""
+    the pair whose range (``kvsim.sim.peak_range.load_range``) holds the most training runs, then the most
+    with its low end raised by ``LOAD_ROBUST_SHARE`` of its distance to the point (a loaded step peaks
+    wherever the host thread happened to stall, and the train runs saw a few of those places: the share
+    keeps room below the lowest), then the narrowest (the largest share, then the smallest margin). Only the
+    range moves: the point is the quiet host's peak."""
     table = transient_table(observations, profile)
     point = table[:, :, 1].max(axis=1)
     runs = run_matrix(observations)
-    best: tuple[tuple[int, float, float], float, float] | None = None
+    best: tuple[tuple[int, int, float, float], float, float] | None = None
     for share, margin in itertools.product(LOAD_SHARE_GRID, LOAD_MARGIN_GRID):
         low = np.minimum(np.ceil(load_low(table, share)), point) if share < 1 else point
-        key = (-runs_inside(runs, low, point * (1 + margin)), -share, margin)
+        high = point * (1 + margin)
+        robust_low = low + LOAD_ROBUST_SHARE * (point - low)
+        key = (-runs_inside(runs, low, high), -runs_inside(runs, robust_low, high), -share, margin)
         if best is None or key < best[0]:
             best = (key, share, margin)
     assert best is not None
-    (neg_inside, _, _), share, margin = best
+    (neg_inside, _, _, _), share, margin = best
     quiet = runs_inside(runs, point, point)
     log(f"load: runs keep {share:g} of each step's transient and peak at most {margin:.2%} above the point; "
         f"the range holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs ({quiet} at the point itself)")
