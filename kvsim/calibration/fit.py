@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,7 @@ from kvsim.sim.peak_range import (
     profile_range,
     step_transients,
 )
-from kvsim.sim.profile import FITTED_FIELDS, BackendProfile
+from kvsim.sim.profile import FITTED_FIELDS, BackendProfile, profile_from_file, save_profile
 
 TIME_FIELDS = ("host_node_s", "host_kernel_s", "device_dispatch_s")
 LAG_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3)
@@ -74,6 +75,7 @@ GPU_MAX_WEIGHT = 0.5  # GPU point loss: mean + half the max |error| (the targets
 # candidates for range_floor_margin; 1.0 is no floor (ties keep the smallest: the floor is a bound)
 FLOOR_MARGIN_GRID = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 1.0)
 LOAD_SHARE_GRID = tuple(round(0.02 * i, 2) for i in range(51))  # candidates for load_transient_share (0..1)
+LOAD_FIELDS = ("load_transient_share", "load_high_margin")
 LOAD_ROBUST_SHARE = 0.1  # tie-break: runs still inside when the low end moves this share of the way to the point
 LOAD_MARGIN_GRID = (0.0, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05)  # candidates for load_high_margin
 EVAL_CALL_GRID_S = (0.0, 2e-5, 5e-5, 1e-4, 2e-4)  # candidates for host_eval_call_s (includes 0.0)
@@ -402,6 +404,30 @@ def fit_load(observations: list[Observation], profile: BackendProfile, log: Log)
     log(f"load: runs keep {share:g} of each step's transient and peak at most {margin:.2%} above the point; "
         f"the range holds {-neg_inside}/{int(np.sum(~np.isnan(runs)))} train runs ({quiet} at the point itself)")
     return replace(profile, load_transient_share=share, load_high_margin=margin), len(observations)
+
+
+def refit_load(observations: list[Observation], profile_path: Path, data_files: list[str], log: Log) -> Path:
+    """``kvsim fit --load-only``: ``fit_load`` on the train split of ``observations``, every other field of the
+    profile at ``profile_path`` kept (no peak or time moves); the profile is rewritten atomically with the
+    two fields and a ``fit.load`` block (data files, train runs in range)."""
+    doc = json.loads(profile_path.read_text(encoding="utf-8"))
+    profile = profile_from_file(profile_path, doc["profile"]["name"])
+    if profile.is_gpu:
+        raise ValueError(f"--load-only: the load range is the CPU backend's, got {profile.name}")
+    train = [o for o in observations if o.split == "train"]
+    if not train:
+        raise ValueError("data: no train-split records to fit")
+    fitted, _ = fit_load(train, profile, log)
+    summary = summarise([compare(o, predict(o.scenario, fitted), False) for o in train], False)
+    fit = dict(doc.get("fit", {}))
+    fit["fitted"] = {**fit.get("fitted", {}), **{f: getattr(fitted, f) for f in LOAD_FIELDS}}
+    fit["load"] = {
+        "data_files": [_file_info(path) for path in data_files],
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "method": "fit_load on the train split: the most runs in range, then the most with room below, then the tightest",
+        "train_runs": summary["runs"], "train_runs_in_range": summary["runs_in_range"],
+    }
+    return save_profile(fitted, {"fit": fit}, profile_path.parent)
 
 
 def _host_cost(bytes_per_s: float) -> float:

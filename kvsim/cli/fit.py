@@ -36,6 +36,8 @@ def add_fit_parsers(subparsers: Any) -> None:
     fit.add_argument("--out", default=str(PROFILES_DIR), help="profile directory (default: the shipped kvsim/data/profiles)")
     fit.add_argument("--max-evals", type=positive_int, default=120, help="simulator sweeps for the shape fit (default: 120)")
     fit.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    fit.add_argument("--load-only", action="store_true",
+                     help="CPU: fit only the load range (load_transient_share, load_high_margin) into <out>/<backend>.json")
     fit.set_defaults(func=run_fit)
     val = subparsers.add_parser("validate", help="predicted vs measured peak, final active memory and decode time")
     _add_data_args(val)
@@ -73,6 +75,16 @@ def run_fit(args: argparse.Namespace) -> int:
     start = replace(DEFAULTS[backend], mlx_version=version)
     log = (lambda _: None) if args.quiet else (lambda line: print(f"kvsim fit: {line}", file=sys.stderr, flush=True))
     log(f"{backend} MLX {version}: {sum(o.split == 'train' for o in observations)} train scenarios")
+    if args.load_only:
+        from kvsim.calibration.datafile import calibration_paths
+        from kvsim.calibration.fit import refit_load
+
+        try:
+            path = refit_load(observations, Path(args.out) / f"{backend}.json", [str(p) for p in calibration_paths(args.data)], log)
+        except (OSError, ValueError) as err:
+            return _fail("fit", err)
+        print(f"kvsim fit: wrote the load range into {path}")
+        return 0
     try:
         result = fit_profile(observations, start, max_evals=args.max_evals, log=log)
     except ValueError as err:
