@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kvsim.calibration.sweep import build_sweep
@@ -37,3 +39,23 @@ def test_simpy_queue_plays_the_sweep_like_the_hand_written_one(monkeypatch: pyte
             assert h == s, f"{item.scenario.id} on {backend}: {name} differs"
         grew += bool(hand[3])
     assert hand[0] > 0 and grew >= len(sample) // 2  # the sample exercises growth steps, not only decode
+
+
+@pytest.mark.parametrize(("backend", "stall_op"), [("mlx-cpu", 20), ("mlx-cuda", 300)])
+def test_simpy_queue_stalls_the_host_like_the_hand_written_one(
+    monkeypatch: pytest.MonkeyPatch, backend: str, stall_op: int
+) -> None:
+    """``host_stall_op`` (analysis): the host waits for the worker before one op of each eval
+    (a GPU is rarely behind the host: only a late op stalls it)."""
+    stalled = dataclasses.replace(load_profile(backend), host_stall_op=stall_op)
+    changed = 0
+    for item in build_sweep("default", backend)[::12]:
+        monkeypatch.setattr(engine, "run_eval", eval_sim.run_eval)
+        hand = engine.simulate_timeline(item.scenario, stalled)
+        free = engine.simulate_timeline(item.scenario, load_profile(backend))
+        monkeypatch.setattr(engine, "run_eval", eval_simpy.run_eval)
+        simpy_ = engine.simulate_timeline(item.scenario, stalled)
+        assert (hand.timeline, hand.growth_s, hand.decode_s, hand.events) == (
+            simpy_.timeline, simpy_.growth_s, simpy_.decode_s, simpy_.events), item.scenario.id
+        changed += hand.growth_s + hand.decode_s != free.growth_s + free.decode_s
+    assert changed  # the stall moved some step times, so the comparison exercised it

@@ -54,6 +54,8 @@ class _EvalRun:
         self.throttle = simpy.Resource(env, capacity=profile.max_active_tasks)  # tasks in flight
         self.completions: list[tuple[Event, float, list[int]]] = []  # scheduled frees, to carry over
         self.device_free_s = state.device_free_s
+        self.device_busy = False
+        self.idle: Event | None = None  # succeeds when the device runs out of work (host_stall_op)
         self.host_end_s = env.now
         self.open_held: list[int] = []  # GPU: buffers the open command buffer holds
         self.open_ops, self.open_elements, self.open_work_s = 0, 0, 0.0
@@ -81,8 +83,17 @@ class _EvalRun:
         """Runs the host's work in order; ends on ``None``."""
         env, p = self.env, self.profile
         if self.device_free_s > env.now:  # still busy with an earlier eval's work
+            self.device_busy = True
             yield env.at(self.device_free_s)
-        while (job := (yield self.jobs.get())) is not None:
+        while True:
+            self.device_busy = bool(self.jobs.items)  # a queued job is taken at once
+            if self.idle is not None and not self.device_busy:
+                self.idle.succeed()
+                self.idle = None
+            job = yield self.jobs.get()
+            if job is None:
+                return
+            self.device_busy = True
             work_s, held, tasks = job
             yield env.at(env.now + work_s)  # the kernels (a GPU: the command buffer)
             if p.is_gpu:
@@ -98,8 +109,11 @@ class _EvalRun:
         env, p, arrays = self.env, self.profile, self.g.arrays
         node_s, kernel_s, malloc_rate = p.host_node_s, p.host_kernel_s, p.host_malloc_bytes_per_s
         throttle, alloc = self.throttle, self.buffers.alloc
-        for a in self.order:
+        for k, a in enumerate(self.order):
             arr = arrays[a]
+            if k == p.host_stall_op and (self.device_busy or self.jobs.items):  # analysis: the host waits
+                self.idle = env.event()  # for the worker to catch up (BackendProfile.host_stall_op)
+                yield self.idle
             yield env.timeout(node_s + arr.kernels * kernel_s)  # frees due by now have landed (URGENT)
             donated, fresh = self.place(a)
             if fresh and malloc_rate and alloc.fresh_bytes:  # a system allocation costs host time
