@@ -127,20 +127,92 @@ def cache_arrays(cache: list[Any]) -> list[mx.array]:
     return out
 
 
-def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfile) -> tuple[list[EvalPeak], int]:
-    """Run ``generate_step`` on the stand-in model; return every played eval and the caches' final bytes."""
-    from mlx_lm.generate import generate_step
+def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfile,
+                    cache: list[Any] | None = None) -> tuple[list[EvalPeak], int]:
+    """Play a generation on the stand-in model; return every played eval and the caches' final bytes.
+
+    mlx-lm's ``generate_step`` itself runs the prefill, the first ``_step`` and the first decode step
+    (up to its first ``yield``). The remaining decode steps follow its loop (``generate.py`` L446-461):
+    a step in which some cache grows (or the KV cache is quantized) is traced and played; the others
+    only advance the caches by one row, since their memory repeats the last played step's.
+    """
+    from mlx_lm.generate import generate_step, maybe_quantize_kv_cache
     from mlx_lm.models.cache import make_prompt_cache
 
     w = workload
-    cache = make_prompt_cache(built.model, max_kv_size=w.max_kv_size)
+    cache = cache if cache is not None else make_prompt_cache(built.model, max_kv_size=w.max_kv_size)
     prompt = mx.zeros((w.prompt_tokens,), mx.uint32)
     mx.eval(prompt)
     with tracing(profile.sdpa_kernels) as t:
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval
-        for _ in generate_step(prompt, built.model, max_tokens=w.max_tokens, prompt_cache=cache,
-                               prefill_step_size=w.prefill_step_size, kv_bits=w.kv_bits,
-                               kv_group_size=w.kv_group_size, quantized_kv_start=w.quantized_kv_start):
-            pass
+        gen = generate_step(prompt, built.model, max_tokens=w.max_tokens, prompt_cache=cache,
+                            prefill_step_size=w.prefill_step_size, kv_bits=w.kv_bits,
+                            kv_group_size=w.kv_group_size, quantized_kv_start=w.quantized_kv_start)
+        next(gen)
+        gen.close()
+        y = mx.zeros((1,), mx.uint32)
+        for n in range(1, w.max_tokens):
+            if n == w.max_tokens - 1 or _changes(cache, w):
+                logits = built.model(y[None], cache=cache)[:, -1, :]  # _step, generate.py L403-426
+                maybe_quantize_kv_cache(cache, w.quantized_kv_start, w.kv_group_size, w.kv_bits)
+                logprobs = logits - mx.logsumexp(logits, keepdims=True)
+                y = mx.argmax(logprobs, axis=-1)
+                mx.async_eval(y, logprobs)
+            else:
+                _advance(cache, t)
     return pb.evals, sum(a.nbytes for a in cache_arrays(cache))
+
+
+def _kv_like(c: Any) -> bool:
+    return hasattr(c, "keys") and hasattr(c, "update_and_fetch") and type(c).__name__ in KV_CACHES
+
+
+KV_CACHES = frozenset({"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache"})
+
+
+def _changes(cache: list[Any], w: Workload) -> bool:
+    """Whether the next decode step changes some cache's size (a growth, a KV quantization), or the
+    caches are of a kind this module cannot step without the model."""
+    for c in _flat(cache):
+        if not _kv_like(c):
+            if type(c).__name__ in ("ArraysCache", "MambaCache"):
+                continue  # fixed-size state
+            return True
+        if c.keys is None:
+            return True
+        keys = c.keys[0] if isinstance(c.keys, tuple) else c.keys
+        capacity = keys.shape[2]
+        max_size = getattr(c, "max_size", None)
+        if c.offset >= capacity and (max_size is None or capacity < max_size):
+            return True
+        if w.kv_bits is not None and type(c).__name__ == "KVCache" and c.offset >= w.quantized_kv_start:
+            return True
+    return False
+
+
+def _advance(cache: list[Any], t: Trace) -> None:
+    """Feed one stand-in row to every KV cache, untraced, and register their state as evaluated."""
+    for c in _flat(cache):
+        if not _kv_like(c):
+            continue
+        if isinstance(c.keys, tuple):
+            b, h, _, packed = c.keys[0].shape
+            k = v = mx.zeros((b, h, 1, packed * 32 // c.bits), c.keys[1].dtype)
+        else:
+            k = mx.zeros((*c.keys.shape[:2], 1, c.keys.shape[3]), c.keys.dtype)
+            v = mx.zeros((*c.values.shape[:2], 1, c.values.shape[3]), c.values.dtype)
+        t.depth += 1  # not recorded
+        try:
+            c.update_and_fetch(k, v)
+        finally:
+            t.depth -= 1
+    for a in cache_arrays(cache):
+        t.evaluated_leaf(a)
+
+
+def _flat(cache: list[Any]) -> list[Any]:
+    out = []
+    for c in cache:
+        out.extend(_flat(list(c.caches)) if hasattr(c, "caches") else [c])
+    return out

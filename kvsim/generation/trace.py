@@ -81,6 +81,15 @@ class Trace:
             self.leaf_arrays[n] = a
         return n
 
+    def evaluated_leaf(self, a: mx.array) -> int:
+        """Register ``a`` as an evaluated array holding its own buffer (a cache advanced untraced)."""
+        n = self.node_of.get(id(a))
+        if n is None or n not in self.evaluated:
+            n = self.graph.leaf(a.nbytes, -1, py_held=False)
+            self.bind(a, n)
+            self.evaluated.add(n)
+        return n
+
     def bind(self, a: mx.array, n: int, contiguous: bool = True) -> int:
         self.node_of[id(a)] = n
         self.contiguous[n] = contiguous
@@ -188,6 +197,9 @@ def _wrap(t: Trace, name: str, fn: Callable) -> Callable:
 
 def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
     def setitem(a: mx.array, index: Any, value: Any) -> None:
+        if t.depth:
+            fn(a, index, value)
+            return
         old = t.node(a)
         vin = [t.node(v) for v in _arrays(value)] + [t.node(i) for i in _arrays(index)]
         t.depth += 1
