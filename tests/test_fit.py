@@ -208,3 +208,17 @@ def test_floor_margin_takes_the_tightest_margin_that_holds_the_runs() -> None:
     assert fitted.range_floor_margin == 0.02 and sims == 4
     peak = estimate_peak(sc, fitted, simulate_timeline(sc, fitted, False))
     assert all(peak.low_bytes <= r <= peak.high_bytes for r in runs)
+
+
+def test_fit_load_only_moves_only_the_load_fields(data: Path, fitted: Path, tmp_path: Path) -> None:
+    """``kvsim fit --load-only``: the CPU load range fitted on the train split; every other field kept."""
+    (tmp_path / "mlx-cpu.json").write_text(fitted.read_text())
+    assert main(["fit", "--data", str(data), "--out", str(tmp_path), "--load-only", "--quiet"]) == 0
+    before, after = json.loads(fitted.read_text()), json.loads((tmp_path / "mlx-cpu.json").read_text())
+    moved = {k for k in before["profile"] if before["profile"][k] != after["profile"][k]}
+    assert moved <= {"load_transient_share", "load_high_margin"}
+    assert 0.0 <= after["profile"]["load_transient_share"] <= 1.0
+    load = after["fit"]["load"]
+    assert [f["path"] for f in load["data_files"]] == [str(data)]
+    assert load["train_runs"] == load["train_runs_in_range"] == 1
+    assert after["fit"]["fitted"]["load_high_margin"] == after["profile"]["load_high_margin"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kvsim.scenario.parse import parse_scenario
 from kvsim.sim.engine import simulate_timeline
-from kvsim.sim.peak_range import bound_range, estimate_peak, floor_clamp, peak_of, point_estimate
+from kvsim.sim.peak_range import PeakEstimate, bound_range, estimate_peak, floor_clamp, peak_of, point_estimate
 from kvsim.sim.profile import DEFAULTS, load_profile
 
 peaks = st.floats(1e3, 1e10)
@@ -59,11 +59,15 @@ SCENARIO = {"id": "r", "model": {"n_layers": 12, "kv_heads": 8, "head_dim": 128,
             "policy": {"name": "step"}, "workload": {"prompt_tokens": 2000, "prefill_chunk": 512, "decode_tokens": 100}}
 
 
-def test_cpu_estimate_is_the_simulated_peak() -> None:
+def test_cpu_estimate_is_the_simulated_peak_with_the_load_range_around_it() -> None:
     sc = parse_scenario(SCENARIO, "mlx-cpu")
-    engine = simulate_timeline(sc, load_profile("mlx-cpu"), False)
-    est = estimate_peak(sc, load_profile("mlx-cpu"), engine)
-    assert est.peak_bytes == est.low_bytes == est.high_bytes == peak_of(engine)
+    profile = load_profile("mlx-cpu")
+    engine = simulate_timeline(sc, profile, False)
+    est = estimate_peak(sc, profile, engine)
+    assert est.peak_bytes == peak_of(engine)
+    assert est.low_bytes < est.peak_bytes < est.high_bytes == math.floor(est.peak_bytes * (1 + profile.load_high_margin))
+    quiet = replace(profile, load_transient_share=1.0, load_high_margin=0.0)  # the defaults: no range
+    assert estimate_peak(sc, quiet, engine) == PeakEstimate(est.peak_bytes, est.peak_bytes, est.peak_bytes)
 
 
 @pytest.mark.parametrize("weight", [1.0, 0.5])

@@ -418,14 +418,15 @@ def refit_load(observations: list[Observation], profile_path: Path, data_files: 
     if not train:
         raise ValueError("data: no train-split records to fit")
     fitted, _ = fit_load(train, profile, log)
-    summary = summarise([compare(o, predict(o.scenario, fitted), False) for o in train], False)
+    ranges = [predict(o.scenario, fitted) for o in train]
+    inside = sum(r.peak_low_bytes <= p <= r.peak_high_bytes for o, r in zip(train, ranges) for p in o.peaks_bytes)
     fit = dict(doc.get("fit", {}))
     fit["fitted"] = {**fit.get("fitted", {}), **{f: getattr(fitted, f) for f in LOAD_FIELDS}}
     fit["load"] = {
         "data_files": [_file_info(path) for path in data_files],
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "method": "fit_load on the train split: the most runs in range, then the most with room below, then the tightest",
-        "train_runs": summary["runs"], "train_runs_in_range": summary["runs_in_range"],
+        "train_runs": sum(len(o.peaks_bytes) for o in train), "train_runs_in_range": inside,
     }
     return save_profile(fitted, {"fit": fit}, profile_path.parent)
 
