@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 from kvsim.scenario.parse import Scenario
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.peak_range import PeakEstimate, estimate_peak
 from kvsim.sim.profile import BackendProfile, load_profile
 from kvsim.sim.result import SimResult, Summary
+from kvsim.sim.sessions import SessionsResult, play_sessions
 
 
 def simulate(
@@ -35,6 +37,20 @@ def simulate(
         scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
         _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),
     )
+
+
+def simulate_sessions(scenarios: Sequence[Scenario], *, profile: BackendProfile | None = None) -> SessionsResult:
+    """Several generations (a server's concurrent requests) sharing one MLX allocator, interleaved
+    step by step (``kvsim.sim.sessions``); returns their shared peak, which the sum of solo peaks overstates.
+
+    Args:
+        scenarios: Parsed contract scenarios, one per session, in turn order; one backend for all.
+        profile: Backend profile; defaults to the shipped profile of the scenarios' backend.
+    """
+    backends = sorted({sc.backend for sc in scenarios})
+    if len(backends) != 1:
+        raise ValueError(f"scenarios: sessions share one allocator, so one backend, got {backends or 'no session'}")
+    return play_sessions(scenarios, profile or load_profile(backends[0]))
 
 
 def _summary(engine: Engine, peak: PeakEstimate, limit_bytes: int | None) -> Summary:
