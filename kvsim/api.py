@@ -9,8 +9,9 @@ from kvsim.scenario.parse import Scenario
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.peak_range import PeakEstimate, estimate_peak
 from kvsim.sim.profile import BackendProfile, load_profile
-from kvsim.sim.result import SimResult, Summary
+from kvsim.sim.result import SimResult, Summary, TimelineRun
 from kvsim.sim.sessions import SessionsResult, play_sessions
+from kvsim.sim.timeline import Timeline, first_over, peak_run
 
 
 def simulate(
@@ -34,9 +35,14 @@ def simulate(
     profile = profile or load_profile(scenario.backend)
     engine = simulate_timeline(scenario, profile, record_events, exact)
     return SimResult(
-        scenario.id, profile.name, scenario.policy_name, tuple(engine.timeline), tuple(engine.events),
+        scenario.id, profile.name, scenario.policy_name, _frozen(engine.timeline), tuple(engine.events),
         _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),
     )
+
+
+def _frozen(runs: list[TimelineRun] | Timeline) -> tuple[TimelineRun, ...] | Timeline:
+    """The result's timeline: a tuple, or the fast engine's ``Timeline`` (runs made when read)."""
+    return runs if isinstance(runs, Timeline) else tuple(runs)
 
 
 def simulate_sessions(scenarios: Sequence[Scenario], *, profile: BackendProfile | None = None) -> SessionsResult:
@@ -55,17 +61,18 @@ def simulate_sessions(scenarios: Sequence[Scenario], *, profile: BackendProfile 
 
 def _summary(engine: Engine, peak: PeakEstimate, limit_bytes: int | None) -> Summary:
     runs = engine.timeline
-    peak_run = max(runs, key=lambda r: r.peak_bytes)
+    top = peak_run(runs)
     needed = sum(st.held_rows * c.row_bytes for st in engine.layers for c in st.components)
     over = None
     if limit_bytes is not None:
-        over = next((r.first_step for r in runs if r.peak_bytes > limit_bytes), None)
+        over_run = first_over(runs, limit_bytes)
+        over = None if over_run is None else over_run.first_step
     return Summary(
         peak_bytes=peak.peak_bytes,
-        peak_step=peak_run.first_step,
+        peak_step=top.first_step,
         final_active_bytes=runs[-1].active_bytes,
         final_kv_bytes=engine.kv_bytes(),
-        steady_kv_bytes=peak_run.kv_bytes,
+        steady_kv_bytes=top.kv_bytes,
         grow_events=engine.grow_events,
         bytes_copied=engine.bytes_copied,
         over_allocation_bytes=engine.kv_bytes() - needed,

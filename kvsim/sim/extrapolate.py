@@ -1,30 +1,39 @@
-"""Fast mode: repeating cycles of decode steps derived exactly instead of replayed.
+"""Fast mode: repeating cycles of decode-loop iterations derived instead of replayed.
 
-Under a ``step`` policy every growth step has the same graph as the one before, with buffers a
-step longer, so the engine's whole state (rows, buffer lengths, the allocator's counters and
-cached buffers, the scheduler clock) moves by the same amount every cycle. When three
-consecutive cycles of loop iterations have the same structure and move every number by the
-same delta (integers exactly, clocks within ``FLOAT_RTOL``), the engine jumps ``m`` cycles
-ahead: it writes the state ``m`` deltas on, appends the skipped cycles' timeline runs, step
-times and events, and then plays the next cycle op by op. The jump stands only if that cycle
-lands exactly where the deltas say; otherwise the engine is restored and tries half the jump.
+Under a ``step`` policy every growth step has the graph of the one before with buffers a step
+longer, so the engine's state (rows, buffer lengths, the allocator's counters and cached buffers,
+the scheduler clock) moves by the same amount every cycle. When three consecutive cycles of loop
+iterations have the same structure (buffer roles and reference counts, the cached buffers' LRU
+and size orders, the dispatch phase), make the same allocator decisions, and move every number
+by one delta (integers exactly, seconds within ``FLOAT_RTOL``; a running total such as bytes
+copied by a delta that itself moves by one), the engine jumps ``m`` cycles: it writes the state
+``m`` cycles on, appends the skipped cycles' timeline (an affine block, ``kvsim.sim.timeline``),
+step times and events, and plays the next cycle op by op. The jump stands only if that cycle lands
+where the deltas say with the same decisions; otherwise the engine is restored and tries half.
 
-Every decision the simulator makes compares two quantities (a size with a cache window, a
-buffer with the donation slack, a free time with a malloc time); between affine quantities such
-a comparison changes at most once, so agreeing at the three cycles before the jump and at the
-one after it is agreement at every cycle between. The buffer cache's contents must repeat exactly, and
-so must every allocator decision (``FastEngine``). ``simulate(exact=True)`` keeps the op-by-op
-reference; ``tests/test_extrapolate.py`` and ``scripts/bench_speed.py`` compare the two.
+Why the ends suffice: a decision compares two quantities that move linearly with the cycle
+number, so it changes at most once; a cache hit is two such comparisons (``BufferCache.take``'s
+window), so each is logged as the ranks of the request and of its reuse bound among the cached
+lengths. Equal at the cycles before the jump and at the one after it means equal at every cycle
+between. Limits: host and device clocks are maxima of such quantities (a CPU task waits for the
+device), so a free landing before or after a malloc is only checked at the ends; and a cache
+whose contents never repeat (CUDA's, which keeps every old buffer) or whose size order keeps
+changing (ds4's ratio-128 layers under ``step``) gives no cycle, and the run is played in full.
+``simulate(exact=True)`` is the op-by-op reference; ``tests/test_extrapolate.py`` and
+``scripts/bench_speed.py`` compare the two.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 from dataclasses import dataclass
 
+from kvsim.sim.allocator import rounded_size
 from kvsim.sim.engine import Engine
 from kvsim.sim.result import MemoryEvent, TimelineRun
+from kvsim.sim.timeline import Timeline
 
 FLOAT_RTOL = 1e-9  # clocks and step seconds: affine within float rounding
 MAX_CYCLE_ITERATIONS = 512  # longest cycle (loop iterations) looked for
@@ -66,9 +75,11 @@ def _state(e: Engine) -> tuple[tuple, list[int | float]]:
         structure.append((roles.get(bid, ("?",)), buf.refs, buf.label))
         values.append(buf.length_bytes)
     cache = e.alloc.cache
-    # The cached buffers must repeat exactly: extrapolating which buffer sits where in the LRU order
-    # is not sound (a growing buffer's place changes when a request first fits it).
-    structure.append(("cache", tuple(cache._lru.values()), e.eval_state.dispatch_phase, len(e.eval_state.frees)))
+    # Cached buffers: their LRU order and their order by size repeat; their lengths may move.
+    lru_rank = {seq: i for i, seq in enumerate(cache._lru)}
+    by_size = tuple(lru_rank[seq] for _, seq in cache._sizes)
+    structure.append(("cache", len(cache), by_size, e.eval_state.dispatch_phase, len(e.eval_state.frees)))
+    values += cache._lru.values()  # lengths, oldest first
     values += (e.alloc.active_bytes, e.alloc.peak_bytes, e.alloc.fresh_bytes)
     values += (e.eval_state.clock_s, e.eval_state.device_free_s)
     values += (e.step_index, e.grow_events, e.bytes_copied)
@@ -82,6 +93,11 @@ def _write_values(e: Engine, values: list[int | float]) -> None:
         st.capacity_rows, st.held_rows, st.buffer_rows = next(it), next(it), next(it)
     for buf in e.buffers.table.values():
         buf.length_bytes = next(it)
+    cache = e.alloc.cache
+    lengths = [next(it) for _ in range(len(cache))]
+    cache.clear()
+    for length in lengths:  # oldest first, as they were put
+        cache.put(length)
     e.alloc.active_bytes, e.alloc.peak_bytes, e.alloc.fresh_bytes = next(it), next(it), next(it)
     e.eval_state.clock_s, e.eval_state.device_free_s = next(it), next(it)
     e.step_index, e.grow_events, e.bytes_copied = next(it), next(it), next(it)
@@ -160,18 +176,31 @@ class FastEngine(Engine):
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - Engine's
         super().__init__(*args, **kwargs)
-        self.decisions: list[tuple[int, int]] = []
-        alloc, cache, log = self.alloc, self.alloc.cache, self.decisions
-        malloc, free = alloc.malloc, alloc.free
+        self.timeline = Timeline()  # skipped cycles are affine blocks, made into runs when read
+        self.decisions: list[tuple[int, ...]] = []
+        self._log_decisions()
+
+    def _log_decisions(self) -> None:
+        """Wrap this engine's allocator so that each malloc and free appends its decision."""
+        alloc, log = self.alloc, self.decisions
+        cache, profile = alloc.cache, self.profile
+        malloc, free = type(alloc).malloc.__get__(alloc), type(alloc).free.__get__(alloc)
+        sizes, window = cache._sizes, cache.window_bytes
 
         def logged_malloc(size_bytes: int) -> int:
+            # Where the request and its reuse bound fall among the cached lengths (allocator.BufferCache.take):
+            # each comparison with a cached length is monotone in the cycle number, so equal ranks at
+            # both ends of a jump mean equal comparisons at every cycle between.
+            size = rounded_size(profile, size_bytes)
+            lo = bisect.bisect_left(sizes, (size, -1))
+            hi = bisect.bisect_left(sizes, (min(2 * size, size + window), -1))
             length = malloc(size_bytes)  # a hit: which cached buffer is told by how much longer it is
-            log.append((length - size_bytes if alloc.fresh_bytes == 0 and length else -1, len(cache)))
+            log.append((lo, hi, length - size_bytes if alloc.fresh_bytes == 0 and length else -1, len(cache)))
             return length
 
         def logged_free(length_bytes: int) -> None:
             free(length_bytes)
-            log.append((-2, len(cache)))
+            log.append((-1, -1, -2, len(cache)))
 
         alloc.malloc, alloc.free = logged_malloc, logged_free
 
@@ -187,6 +216,7 @@ class FastEngine(Engine):
         end = w.total_tokens
         self._boundaries: list[Boundary] = [self._boundary(start)]
         self._by_structure: dict[tuple, list[int]] = {self._boundaries[0].structure: [0]}
+        self._quiet_until = 0  # no jump is tried before this many boundaries (after a failed one)
         while start < end:
             start, seconds = self.iteration(start, end)
             self._record(start)
@@ -250,11 +280,13 @@ class FastEngine(Engine):
         lists = (self.timeline, self.growth_s, self.decode_s, self.events)
         return tuple(xs[i:j] for xs, i, j in zip(lists, a.outputs, b.outputs))
 
-    def _decisions(self, a: Boundary, b: Boundary) -> list[tuple[int, int]]:
+    def _decisions(self, a: Boundary, b: Boundary) -> list[tuple[int, ...]]:
         return self.decisions[a.outputs[4]:b.outputs[4]]
 
     def _try_jump(self, end: int) -> int | None:
         """Jump over whole cycles if the last three repeat; return the new start token."""
+        if len(self._boundaries) < self._quiet_until:
+            return None
         found = self._cycle()
         if found is None:
             return None
@@ -266,23 +298,34 @@ class FastEngine(Engine):
         m = min((end - last.start_token) // tokens - 1, self._cycles_before_threshold(delta))  # keep one to verify
         while m >= MIN_JUMP_CYCLES:
             snapshot = self._snapshot()
-            for k in range(1, m + 1):
-                self._append(_predict(cycle, prev, k))
+            self._append_cycles(cycle, prev, m)
             _write_values(self, _ahead(last.values, delta, curve, m))
-            start = last.start_token + m * tokens
             want = (_ahead(last.values, delta, curve, m + 1), _predict(cycle, prev, m + 1), self._decisions(before, last))
-            landed = self._verify(start, end, period, *want)
-            if landed is not None:
-                self._reset_history(landed)
-                return landed.start_token
+            if self._verify(last.start_token + m * tokens, end, period, *want):
+                return self._boundaries[-1].start_token
             self._restore(snapshot)
             m //= 2
-        self._reset_history(self._boundaries[-1])  # look for a new triple from here
+        self._quiet_until = len(self._boundaries) + period  # no new attempt within the next cycle
         return None
 
-    def _append(self, outputs: Outputs) -> None:
-        for sink, xs in zip((self.timeline, self.growth_s, self.decode_s, self.events), outputs):
-            sink.extend(xs)
+    def _append_cycles(self, cycle: Outputs, prev: Outputs, m: int) -> None:
+        """Append the outputs of the ``m`` cycles after ``cycle``, each moved one more delta."""
+        sinks = (self.timeline, self.growth_s, self.decode_s, self.events)
+        for sink, xs, ps in zip(sinks, cycle, prev):
+            if not xs:
+                continue
+            if sink is self.timeline:
+                self.timeline.extend_affine(xs, ps, m)
+                continue
+            if isinstance(xs[0], float):
+                steps = [(x, x - p) for x, p in zip(xs, ps)]
+                sink.extend(x + k * d for k in range(1, m + 1) for x, d in steps)
+                continue
+            make = type(xs[0])
+            rows = [(_fields(x), tuple(0 if isinstance(v, (bool, str)) else v - q
+                                       for v, q in zip(_fields(x), _fields(p)))) for x, p in zip(xs, ps)]
+            sink.extend(make(*[v if isinstance(v, (bool, str)) else v + k * d for v, d in zip(f, ds)]) if any(ds) else x
+                        for k in range(1, m + 1) for (f, ds), x in zip(rows, xs))
 
     def _cycles_before_threshold(self, delta: tuple) -> int:
         """Cycles before a layer that does not grow in the cycle would fill (it would then grow)."""
@@ -294,27 +337,45 @@ class FastEngine(Engine):
         return best
 
     def _verify(self, start: int, end: int, period: int, values: list, want: Outputs,
-                decisions: list[tuple[int, int]]) -> Boundary | None:
-        """Play one cycle op by op from the jumped state; it must land on ``values`` with ``want`` outputs."""
-        jumped = self._boundary(start)
+                decisions: list[tuple[int, ...]]) -> bool:
+        """Play one cycle op by op from the jumped state; it must land on ``values`` with ``want`` outputs.
+        The jumped state and the played iterations are recorded like any others."""
+        self._record(start)
+        jumped = self._boundaries[-1]
         for _ in range(period):
             if start >= end:
-                return None
+                return False
             start, _ = self.iteration(start, end)
-        landed = self._boundary(start)
+            self._record(start)
+        landed = self._boundaries[-1]
         ok = landed.structure == jumped.structure and _same(landed.values, tuple(values))
-        ok = ok and self._decisions(jumped, landed) == decisions
-        return landed if ok and _all_match(self._outputs(jumped, landed), want) else None
+        return ok and self._decisions(jumped, landed) == decisions and _all_match(self._outputs(jumped, landed), want)
 
-    def _reset_history(self, b: Boundary) -> None:
-        self._boundaries = [b]
-        self._by_structure = {b.structure: [0]}
+    GROWING = ("timeline", "growth_s", "decode_s", "events", "decisions", "_boundaries", "_by_structure")
 
-    def _snapshot(self) -> Engine:
-        keep = {id(self.profile): self.profile, id(self.scenario): self.scenario, id(self.workspace): self.workspace}
-        return copy.deepcopy(self, keep)
+    def _snapshot(self) -> tuple[Engine, dict[str, int]]:
+        """A copy of the state; the append-only outputs are only measured (restore truncates them)."""
+        lengths = {name: len(getattr(self, name)) for name in self.GROWING[:6]}
+        detached = {name: self.__dict__.pop(name) for name in self.GROWING}
+        keep = {id(self.profile): self.profile, id(self.scenario): self.scenario, id(self.workspace): self.workspace,
+                id(self.memo): self.memo}  # the pattern memo only ever gains entries that stay true
+        try:
+            return copy.deepcopy(self, keep), lengths
+        finally:
+            self.__dict__.update(detached)
 
-    def _restore(self, snapshot: Engine) -> None:
-        self.__dict__.update(snapshot.__dict__)
+    def _restore(self, snapshot: tuple[Engine, dict[str, int]]) -> None:
+        state, lengths = snapshot
+        kept = {name: self.__dict__[name] for name in self.GROWING}
+        for i in range(lengths["_boundaries"], len(self._boundaries)):
+            self._by_structure[self._boundaries[i].structure].remove(i)
+        for name, n in lengths.items():
+            xs = kept[name]
+            if isinstance(xs, Timeline):
+                xs.truncate(n)
+            else:
+                del xs[n:]
+        self.__dict__.update(state.__dict__)
+        self.__dict__.update(kept)
         self.buffers.on_event = self._on_event if self.record_events else None
-
+        self._log_decisions()

@@ -40,6 +40,7 @@ from kvsim.scenario.parse import Scenario
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import TimelineRun
+from kvsim.sim.timeline import peak_run
 
 
 def bound_range(
@@ -76,7 +77,7 @@ def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, f
 
 
 def peak_of(engine: Engine) -> int:
-    return max(run.peak_bytes for run in engine.timeline)
+    return peak_run(engine.timeline).peak_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,8 @@ def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine, e
     (``exact=False``: the range's runs in fast mode too, ``kvsim.sim.extrapolate``)."""
     fitted = peak_of(engine)
     if not profile.is_gpu:
-        return PeakEstimate(fitted, *load_range(step_transients(engine.timeline), fitted, profile))
+        transients = step_transients(engine.timeline) if profile.load_transient_share < 1 else []  # else unread
+        return PeakEstimate(fitted, *load_range(transients, fitted, profile))
     early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), False, exact)) for end in ("low", "high"))
     floor = None
     if profile.range_floor_margin < 1:
