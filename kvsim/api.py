@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 
 from kvsim.scenario.parse import Scenario
+from kvsim.sim import memo
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.peak_range import PeakEstimate, estimate_peak
 from kvsim.sim.profile import BackendProfile, load_profile
 from kvsim.sim.result import SimResult, Summary, TimelineRun
 from kvsim.sim.sessions import SessionsResult, play_sessions
 from kvsim.sim.timeline import Timeline, first_over, peak_run
+
+MEMO_MAX_EVENTS = 20_000  # results with more per-buffer events than this are not kept
 
 
 def simulate(
@@ -31,13 +35,22 @@ def simulate(
         record_events: Keep per-buffer alloc/free events of growth steps.
         exact: Replay every growth step op by op (the reference); by default repeating cycles of
             steps are derived (``kvsim.sim.extrapolate``).
+
+    Results are kept per process (``kvsim.sim.memo``): the same scenario again, under any id, is not
+    simulated twice.
     """
     profile = profile or load_profile(scenario.backend)
-    engine = simulate_timeline(scenario, profile, record_events, exact)
-    return SimResult(
-        scenario.id, profile.name, scenario.policy_name, _frozen(engine.timeline), tuple(engine.events),
-        _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),
-    )
+
+    def run() -> SimResult:
+        engine = simulate_timeline(scenario, profile, record_events, exact)
+        return SimResult(
+            scenario.id, profile.name, scenario.policy_name, _frozen(engine.timeline), tuple(engine.events),
+            _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),
+        )
+
+    key = memo.key(scenario, profile, memory_limit_bytes, record_events, exact)
+    result = memo.cached(key, run, keep=lambda r: len(r.events) <= MEMO_MAX_EVENTS)
+    return result if result.scenario_id == scenario.id else dataclasses.replace(result, scenario_id=scenario.id)
 
 
 def _frozen(runs: list[TimelineRun] | Timeline) -> tuple[TimelineRun, ...] | Timeline:
