@@ -151,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Any]:
     from kvsim.cli.calibrate import add_calibrate_parser
+    from kvsim.cli.generate import add_generate_parser
 
-    registers = [add_calibrate_parser]
+    registers = [add_calibrate_parser, add_generate_parser]
     try:
         from kvsim.cli.fit import add_fit_parsers
 

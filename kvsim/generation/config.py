@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,19 +78,28 @@ def _read(path: Path, source: str) -> ModelConfig:
 
 
 def _download(repo_id: str) -> Path:
-    """``config.json`` of a Hub repo (cached by huggingface_hub); one line when offline or unknown."""
+    """``config.json`` of a Hub repo: from huggingface_hub's cache, else fetched; one line when offline."""
     try:
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:
         raise ModelConfigError(f"model: {repo_id!r} is a repo id and huggingface_hub is not installed") from None
+    try:
+        return Path(hf_hub_download(repo_id, "config.json", local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        pass
+    try:
+        socket.getaddrinfo("huggingface.co", 443)
+    except OSError:
+        raise ModelConfigError(f"model: cannot fetch config.json of {repo_id!r}: no network (huggingface.co "
+                               "does not resolve); pass a local folder or file") from None
     try:
         return Path(hf_hub_download(repo_id, "config.json"))
     except RepositoryNotFoundError:
         raise ModelConfigError(f"model: no Hugging Face repo {repo_id!r} (or it is gated)") from None
+    except LocalEntryNotFoundError:
+        raise ModelConfigError(f"model: cannot fetch config.json of {repo_id!r}: no network") from None
     except EntryNotFoundError:
         raise ModelConfigError(f"model: repo {repo_id!r} has no config.json") from None
-    except Exception as err:  # noqa: BLE001 - offline, DNS, timeouts: huggingface_hub raises many kinds
-        raise ModelConfigError(
-            f"model: cannot fetch config.json of {repo_id!r} (no network? {type(err).__name__})"
-        ) from None
+    except Exception as err:  # noqa: BLE001 - timeouts, proxies: huggingface_hub raises many kinds
+        raise ModelConfigError(f"model: cannot fetch config.json of {repo_id!r} ({type(err).__name__})") from None

@@ -131,41 +131,76 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
                     cache: list[Any] | None = None) -> tuple[list[EvalPeak], int]:
     """Play a generation on the stand-in model; return every played eval and the caches' final bytes.
 
-    mlx-lm's ``generate_step`` itself runs the prefill, the first ``_step`` and the first decode step
-    (up to its first ``yield``). The remaining decode steps follow its loop (``generate.py`` L446-461):
-    a step in which some cache grows (or the KV cache is quantized) is traced and played; the others
-    only advance the caches by one row, since their memory repeats the last played step's.
+    Follows ``generate_step`` (mlx-lm 0.32.2 ``generate.py`` L431-461): prefill chunks of
+    ``prefill_step_size`` (the last prompt token left over), each followed by ``quantize_cache_fn``,
+    ``mx.eval`` of the caches' state and ``mx.clear_cache()``; the first ``_step``; then ``max_tokens``
+    decode ``_step``s, each ``mx.async_eval``-ed. A step whose memory repeats an earlier one's at a smaller
+    context is not played: prefill chunks between the first and the last two, and decode steps in which
+    no cache changes size; they advance the caches by their rows untraced (where the caches allow it).
     """
-    from mlx_lm.generate import generate_step, maybe_quantize_kv_cache
+    w = workload
     from mlx_lm.models.cache import make_prompt_cache
 
-    w = workload
     cache = cache if cache is not None else make_prompt_cache(built.model, max_kv_size=w.max_kv_size)
-    prompt = mx.zeros((w.prompt_tokens,), mx.uint32)
+    prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
+    chunks = _chunks(w)
     with tracing(profile.sdpa_kernels) as t:
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval
-        gen = generate_step(prompt, built.model, max_tokens=w.max_tokens, prompt_cache=cache,
-                            prefill_step_size=w.prefill_step_size, kv_bits=w.kv_bits,
-                            kv_group_size=w.kv_group_size, quantized_kv_start=w.quantized_kv_start)
-        next(gen)
-        gen.close()
-        y = mx.zeros((1,), mx.uint32)
-        for n in range(1, w.max_tokens):
-            if n == w.max_tokens - 1 or _changes(cache, w):
-                logits = built.model(y[None], cache=cache)[:, -1, :]  # _step, generate.py L403-426
-                maybe_quantize_kv_cache(cache, w.quantized_kv_start, w.kv_group_size, w.kv_bits)
-                logprobs = logits - mx.logsumexp(logits, keepdims=True)
-                y = mx.argmax(logprobs, axis=-1)
-                mx.async_eval(y, logprobs)
+        for i, n in enumerate(chunks):
+            if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
+                built.model(prompt[:, :n], cache=cache)
+                _quantize(cache, w)
+                mx.eval([c.state for c in cache])
             else:
-                _advance(cache, t)
+                _advance(cache, t, n, w)
+        y = _step(built, prompt[:, -1:], cache, w)  # the last prompt token
+        for n in range(w.max_tokens):
+            if n in (0, w.max_tokens - 1) or _changes(cache, w):
+                y = _step(built, y[None], cache, w)
+            else:
+                _advance(cache, t, 1, w)
     return pb.evals, sum(a.nbytes for a in cache_arrays(cache))
 
 
+def _chunks(w: Workload) -> list[int]:
+    """Prefill chunk sizes: ``min(prefill_step_size, remaining)`` while more than one token remains."""
+    out, left = [], w.prompt_tokens
+    while left > 1:
+        out.append(min(w.prefill_step_size, left - 1))
+        left -= out[-1]
+    return out
+
+
+def _quantize(cache: list[Any], w: Workload) -> None:
+    from mlx_lm.generate import maybe_quantize_kv_cache
+
+    maybe_quantize_kv_cache(cache, w.quantized_kv_start, w.kv_group_size, w.kv_bits)
+
+
+def _step(built: BuiltModel, tokens: mx.array, cache: list[Any], w: Workload) -> mx.array:
+    """``generate_step``'s ``_step`` with the default (greedy) sampler, then its ``mx.async_eval``."""
+    logits = built.model(tokens, cache=cache)[:, -1, :]
+    _quantize(cache, w)
+    logprobs = logits - mx.logsumexp(logits, keepdims=True)
+    y = mx.argmax(logprobs, axis=-1)
+    mx.async_eval(y, logprobs.squeeze(0))
+    return y
+
+
+def _steppable(cache: list[Any]) -> bool:
+    """Whether every cache can be advanced untraced (KV caches, and fixed-size state)."""
+    return all(_kv_like(c) or type(c).__name__ in FIXED_CACHES for c in _flat(cache))
+
+
+FIXED_CACHES = frozenset({"ArraysCache", "MambaCache"})
+
+
 def _kv_like(c: Any) -> bool:
-    return hasattr(c, "keys") and hasattr(c, "update_and_fetch") and type(c).__name__ in KV_CACHES
+    """mlx-lm's KV caches and kvsim's policy caches (``policies.mlx``): one row in, one row kept."""
+    policy = hasattr(c, "policy") and hasattr(c, "capacity_rows") and not isinstance(c.keys, (tuple, list))
+    return hasattr(c, "update_and_fetch") and (type(c).__name__ in KV_CACHES or policy)
 
 
 KV_CACHES = frozenset({"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache"})
@@ -176,11 +211,15 @@ def _changes(cache: list[Any], w: Workload) -> bool:
     caches are of a kind this module cannot step without the model."""
     for c in _flat(cache):
         if not _kv_like(c):
-            if type(c).__name__ in ("ArraysCache", "MambaCache"):
-                continue  # fixed-size state
+            if type(c).__name__ in FIXED_CACHES:
+                continue
             return True
         if c.keys is None:
             return True
+        if hasattr(c, "policy") and hasattr(c, "capacity_rows"):  # policies.mlx: the policy's own rule
+            if c.policy.grow(c.capacity_rows, c.offset, 1) is not None:
+                return True
+            continue
         keys = c.keys[0] if isinstance(c.keys, tuple) else c.keys
         capacity = keys.shape[2]
         max_size = getattr(c, "max_size", None)
@@ -191,22 +230,26 @@ def _changes(cache: list[Any], w: Workload) -> bool:
     return False
 
 
-def _advance(cache: list[Any], t: Trace) -> None:
-    """Feed one stand-in row to every KV cache, untraced, and register their state as evaluated."""
-    for c in _flat(cache):
-        if not _kv_like(c):
-            continue
-        if isinstance(c.keys, tuple):
-            b, h, _, packed = c.keys[0].shape
-            k = v = mx.zeros((b, h, 1, packed * 32 // c.bits), c.keys[1].dtype)
-        else:
-            k = mx.zeros((*c.keys.shape[:2], 1, c.keys.shape[3]), c.keys.dtype)
-            v = mx.zeros((*c.values.shape[:2], 1, c.values.shape[3]), c.values.dtype)
-        t.depth += 1  # not recorded
-        try:
+def _advance(cache: list[Any], t: Trace, rows: int, w: Workload) -> None:
+    """Feed ``rows`` stand-in rows to every KV cache, untraced, as a step would; register the caches'
+    state as evaluated (it keeps its buffers into the next played eval)."""
+    t.depth += 1  # nothing here is recorded
+    try:
+        for c in _flat(cache):
+            if not _kv_like(c):
+                continue
+            if c.keys is None:
+                raise ValueError("an empty KV cache cannot be advanced untraced")
+            if isinstance(c.keys, tuple):
+                b, h, _, packed = c.keys[0].shape
+                k = v = mx.zeros((b, h, rows, packed * 32 // c.bits), c.keys[1].dtype)
+            else:
+                k = mx.zeros((*c.keys.shape[:2], rows, c.keys.shape[3]), c.keys.dtype)
+                v = mx.zeros((*c.values.shape[:2], rows, c.values.shape[3]), c.values.dtype)
             c.update_and_fetch(k, v)
-        finally:
-            t.depth -= 1
+        _quantize(cache, w)
+    finally:
+        t.depth -= 1
     for a in cache_arrays(cache):
         t.evaluated_leaf(a)
 

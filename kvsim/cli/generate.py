@@ -1,0 +1,122 @@
+"""``kvsim generate``: will this model, at this context, fit? (the contract's section 5)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kvsim.cli.calibrate import positive_int
+from kvsim.core.errors import KvsimError
+
+EXIT_INVALID = 2
+BACKENDS = ("mlx-cpu", "mlx-cuda", "mlx-metal")
+KV_BITS = (2, 3, 4, 5, 6, 8)
+
+
+def add_generate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``generate`` on an ``add_subparsers()`` object."""
+    p = subparsers.add_parser("generate", help="predict a whole mlx-lm generation's peak memory; does it fit?")
+    p.add_argument("--model", required=True, help="folder with config.json, the file, a shipped name, or a HF repo id")
+    p.add_argument("--prompt-tokens", type=positive_int, required=True, help="prompt length N")
+    p.add_argument("--max-tokens", type=positive_int, required=True, help="tokens to generate K")
+    p.add_argument("--prefill-step-size", type=positive_int, default=2048, help="mlx_lm.generate's (default 2048)")
+    p.add_argument("--max-kv-size", type=positive_int, default=None, help="rotating cache size (models without make_cache)")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
+    p.add_argument("--kv-group-size", type=positive_int, default=64)
+    p.add_argument("--quantized-kv-start", type=int, default=5000, help="quantize once the cache holds this many rows")
+    p.add_argument("--policy", default=None, help='KV growth policy: a name (lowpeak, step, ...) or a JSON object')
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="default: the device's, else mlx-cpu")
+    p.add_argument("--device", default=None, help="mac-16gb ... mac-512gb, h100, h200, rtx-4090, ...: fit verdict")
+    p.add_argument("--no-search", action="store_true", help="with --device: skip the longest-context search")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_generate)
+    return p
+
+
+def parse_policy(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if text.lstrip().startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise KvsimError(f"policy: invalid JSON ({err.msg})") from None
+        if not isinstance(obj, dict) or "name" not in obj:
+            raise KvsimError(f"policy: must be an object with a name, got {text!r}")
+        return obj
+    return {"name": text}
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from kvsim.generation.config import load_model_config
+    from kvsim.generation.devices import device
+    from kvsim.generation.model import build_model
+    from kvsim.generation.predict import predict
+    from kvsim.generation.schedule import Workload
+
+    try:
+        dev = device(args.device) if args.device else None
+        backend = args.backend or (dev.backend if dev else "mlx-cpu")
+        policy = parse_policy(args.policy)
+        if policy is not None:
+            from policies.mlx import cache_for
+
+            cache_for(policy, context_tokens=args.prompt_tokens + args.max_tokens)  # a bad policy fails here
+        w = Workload(args.prompt_tokens, args.max_tokens, args.prefill_step_size, args.max_kv_size, args.kv_bits,
+                     args.kv_group_size, args.quantized_kv_start)
+        built = build_model(load_model_config(args.model))
+        pred = predict(built, w, backend, policy)
+    except (KvsimError, ValueError) as err:
+        print(f"kvsim: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    out: dict[str, Any] = pred.to_json()
+    if dev is not None:
+        out.update(_fit(built, w, dev, backend, policy, pred, args.no_search))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(_text(out))
+    return 0
+
+
+def _fit(built: Any, w: Any, dev: Any, backend: str, policy: dict[str, Any] | None, pred: Any,
+         no_search: bool) -> dict[str, Any]:
+    from kvsim.generation.verdict import context_per_policy, verdict, what_fits
+
+    v = verdict(pred.peak_bytes, dev)
+    out: dict[str, Any] = {"verdict": v.to_json()}
+    if not v.fits:
+        out["fixes"] = [{"flags": o.label, "peak_bytes": p.peak_bytes, "fits": verdict(p.peak_bytes, dev).fits}
+                        for o, p in what_fits(built, w, dev, backend, policy)]
+    if not no_search:
+        pols = {"mlx-lm": policy, "lowpeak": {"name": "lowpeak"}} if policy is None else {policy["name"]: policy}
+        out["longest_prompt_tokens"] = context_per_policy(built, w, dev, backend, pols)
+    return out
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _text(o: dict[str, Any]) -> str:
+    lines = [
+        f"model      {o['model']}  backend {o['backend']}",
+        f"workload   prompt {o['prompt_tokens']} tokens, generate {o['max_tokens']}, prefill step "
+        f"{o['prefill_step_size']}" + (f", kv-bits {o['kv_bits']}" if o["kv_bits"] else "")
+        + (f", max-kv-size {o['max_kv_size']}" if o["max_kv_size"] else ""),
+        f"peak       {_gb(o['peak_bytes'])}  (mx.get_peak_memory(), in the {o['peak_phase']} step at {o['peak_offset']} tokens)",
+        f"  weights  {_gb(o['weights_bytes'])}",
+        f"  KV       {_gb(o['peak_kv_bytes'])} at the peak, {_gb(o['kv_bytes'])} at the end",
+        f"  transient {_gb(o['transient_bytes'])} (the step's activations and KV growth copies)",
+    ]
+    if "verdict" in o:
+        v = o["verdict"]
+        lines.append(f"device     {v['device']}: GPU working set {_gb(v['working_set_bytes'])}, MLX limit "
+                     f"{_gb(v['memory_limit_bytes'])} -> {v['status'].upper()}")
+        for fix in o.get("fixes", []):
+            lines.append(f"  {'fits ' if fix['fits'] else 'still over'} with {fix['flags']}: peak {_gb(fix['peak_bytes'])}")
+        for name, n in o.get("longest_prompt_tokens", {}).items():
+            lines.append(f"  longest prompt that fits with {name}: {n} tokens")
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""Does a generation fit a device, how long a context fits, and which settings make it fit.
+
+A cannot-fit is a verdict, never an error. The peak is held against the device's GPU working set (past
+it a Mac pages or MLX's wired memory stops covering the model) and MLX's memory limit (past it, ``eval``
+waits for memory that never comes, or fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvsim.generation.devices import Device
+from kvsim.generation.model import BuiltModel
+from kvsim.generation.predict import Prediction, predict
+from kvsim.generation.schedule import Workload
+
+FITS, OVER_WORKING_SET, OVER_LIMIT = "fits", "over the GPU working set", "over MLX's memory limit"
+CONTEXT_STEP_TOKENS = 1024
+"""Granularity of the longest-context search."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A predicted peak against one device."""
+
+    device: Device
+    peak_bytes: int
+    status: str
+    """``fits``, ``over the GPU working set`` or ``over MLX's memory limit``."""
+
+    @property
+    def fits(self) -> bool:
+        return self.status == FITS
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Working set minus peak (negative: by how much it is over)."""
+        return self.device.working_set_bytes - self.peak_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.device
+        return {"device": d.name, "working_set_bytes": d.working_set_bytes, "memory_limit_bytes": d.memory_limit_bytes,
+                "status": self.status, "fits": self.fits, "headroom_bytes": self.headroom_bytes}
+
+
+def verdict(peak_bytes: int, device: Device) -> Verdict:
+    if peak_bytes <= device.working_set_bytes:
+        return Verdict(device, peak_bytes, FITS)
+    return Verdict(device, peak_bytes, OVER_WORKING_SET if peak_bytes <= device.memory_limit_bytes else OVER_LIMIT)
+
+
+def longest_context(fits: Callable[[int], bool], start_tokens: int, max_tokens_limit: int = 1 << 20) -> int:
+    """The longest prompt (a multiple of ``CONTEXT_STEP_TOKENS``) for which ``fits`` holds, 0 if none:
+    doubling from ``start_tokens`` (or halving), then bisection. ``fits`` must be monotone."""
+    step = CONTEXT_STEP_TOKENS
+    lo, hi = 0, max(step, start_tokens // step * step)
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > max_tokens_limit:
+            return lo
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo == 0 and fits(step // 8):
+        return step // 8
+    return lo
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting tried to make a generation fit."""
+
+    label: str
+    """The flags, as ``kvsim generate`` (and ``mlx_lm.generate``) take them."""
+    workload: Workload
+    policy: dict[str, Any] | None
+
+
+def options(w: Workload, policy: dict[str, Any] | None) -> list[Option]:
+    """Settings that lower a generation's peak: quantized KV, smaller prefill chunks, a bounded cache,
+    kvsim's ``lowpeak`` policy, and the pairs of the strongest ones."""
+    out = [
+        Option("--kv-bits 8 --quantized-kv-start 0", replace(w, kv_bits=8, quantized_kv_start=0), policy),
+        Option("--kv-bits 4 --quantized-kv-start 0", replace(w, kv_bits=4, quantized_kv_start=0), policy),
+        Option("--prefill-step-size 512", replace(w, prefill_step_size=512), policy),
+        Option("--policy lowpeak", w, {"name": "lowpeak"}),
+        Option("--kv-bits 4 --quantized-kv-start 0 --prefill-step-size 512",
+               replace(w, kv_bits=4, quantized_kv_start=0, prefill_step_size=512), policy),
+    ]
+    if w.max_kv_size is None:
+        out.append(Option("--max-kv-size 4096", replace(w, max_kv_size=4096), policy))
+    return [o for o in out if o.workload != w or o.policy != policy]
+
+
+def what_fits(built: BuiltModel, w: Workload, device: Device, backend: str,
+              policy: dict[str, Any] | None) -> list[tuple[Option, Prediction]]:
+    """Each option's prediction at the requested context, the ones that fit first (lowest peak first)."""
+    tried = [(o, predict(built, o.workload, backend, o.policy)) for o in options(w, policy)]
+    return sorted(tried, key=lambda op: (not verdict(op[1].peak_bytes, device).fits, op[1].peak_bytes))
+
+
+def context_per_policy(built: BuiltModel, w: Workload, device: Device, backend: str,
+                       policies: dict[str, dict[str, Any] | None]) -> dict[str, int]:
+    """The longest prompt that fits ``device`` with each policy (``max_tokens`` as asked)."""
+    out = {}
+    for name, pol in policies.items():
+        def fits(n: int, pol: dict[str, Any] | None = pol) -> bool:
+            return verdict(predict(built, replace(w, prompt_tokens=max(n, 2)), backend, pol).peak_bytes, device).fits
+        out[name] = longest_context(fits, w.prompt_tokens)
+    return out
