@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import lzma
 import math
 import os
 import statistics
@@ -490,7 +491,8 @@ def _file_info(path: str) -> dict[str, Any]:
     from pathlib import Path
 
     raw = Path(path).read_bytes()
-    header = json.loads(raw.split(b"\n", 1)[0])
+    text = lzma.decompress(raw) if str(path).endswith(".xz") else raw  # data/cpu-load ships .jsonl.xz
+    header = json.loads(text.split(b"\n", 1)[0])
     root = REPO_DIR
     resolved = Path(path).resolve()
     shown = str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path
