@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -12,7 +13,9 @@ from kvsim.dashboard import charts, sweeps
 from kvsim.dashboard.calibration import calibration_dir, compare
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.params import NO_AXIS, PARAMS, SWEEP_DEFAULTS, SWEEP_POLICIES
-from kvsim.dashboard.views import MIB, simulate_cached
+from kvsim.dashboard.runner import RUN_CAP_S
+from kvsim.dashboard.views import MIB, session_runner, simulate_many, simulate_one
+from policies.parse import PolicyError
 
 Q = "query-params"
 
@@ -41,6 +44,41 @@ def _errors(records: Sequence[dict[str, Any]]) -> None:
     bad = [r for r in records if "error" in r]
     if bad:
         st.warning(f"{len(bad)} settings are invalid and left out, e.g. {bad[0]['label']}: {bad[0]['error']}")
+
+
+def _records(base: dict[str, Any], policies: Sequence[dict[str, Any]], limit_bytes: int | None,
+             label: str, extra: Sequence[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Summary records of ``policies`` on ``base`` that finished within the answer budget (a progress
+    bar while waiting), error records of invalid or cut ones; and how many are still computing.
+    ``extra[i]`` is merged into record ``i``."""
+    scenarios, records_by_key = {}, {}
+    for i, policy in enumerate(policies):
+        key = f"{i}:{sweeps.policy_label(policy)}"
+        try:
+            scenarios[key] = sweeps.scenario_for(base if extra is None or "base" not in extra[i] else extra[i]["base"],
+                                                 policy)
+        except PolicyError as err:
+            records_by_key[key] = {"label": sweeps.policy_label(policy), "policy": policy["name"], "error": str(err)}
+    bar, update = _progress(label)
+    results, failed, pending = simulate_many(scenarios, limit_bytes, update)
+    bar.empty()
+    for key, result in results.items():
+        records_by_key[key] = sweeps.summary_record(key.split(":", 1)[1], result)
+    for key, line in failed.items():
+        records_by_key[key] = {"label": key.split(":", 1)[1], "policy": scenarios[key].policy_name, "error": line}
+    records = []
+    for i, policy in enumerate(policies):
+        key = f"{i}:{sweeps.policy_label(policy)}"
+        if key in records_by_key:
+            more = {k: v for k, v in (extra[i] if extra else {}).items() if k != "base"}
+            records.append({**more, **records_by_key[key], "_cell": i})
+    return records, len(pending)
+
+
+def _pending(count: int, total: int) -> None:
+    if count:
+        st.info(f"{count} of {total} cells still computing: they fill in as they finish "
+                f"(each is cut after {RUN_CAP_S:g} s).")
 
 
 def _base_policy(inputs: Inputs, name: str) -> dict[str, Any]:
@@ -76,12 +114,12 @@ def render_sweeps(inputs: Inputs) -> None:
     except ValueError as err:
         st.error(str(err))
         return
-    bar, update = _progress("sweep")
-    records = sweeps.run_policies(inputs.base, cells, simulate_cached, inputs.kv_limit_bytes, update)
-    bar.empty()
+    records, pending = _records(inputs.base, cells, inputs.kv_limit_bytes, "sweep")
     y_col = y_field or NO_AXIS
-    for cell, record in zip(cells, records):
+    for record in records:
+        cell = cells[record.pop("_cell")]
         record[x_field], record[y_col] = cell[x_field], cell[y_field] if y_field else "-"
+    _pending(pending, len(cells))
     _errors(records)
     frame = _frame(records)
     if frame.empty:
@@ -102,14 +140,26 @@ def _ratio_sweep(inputs: Inputs) -> None:
     except ValueError as err:
         st.error(str(err))
         return
-    bar, update = _progress("ratio sweep")
-    records = sweeps.ratio_sweep(inputs.base, inputs.layers, ratios, inputs.policies, simulate_cached, inputs.kv_limit_bytes, update)
-    bar.empty()
+    policies, extra = [], []
+    for ratio in ratios:
+        model_base = {**inputs.base, "model": {"layers": sweeps.with_ratio(inputs.layers, ratio)}}
+        for policy in inputs.policies:
+            policies.append(policy)
+            extra.append({"ratio": ratio, "base": model_base})
+    records, pending = _records(inputs.base, policies, inputs.kv_limit_bytes, "ratio sweep", extra)
+    for record in records:
+        record.pop("_cell")
+    _pending(pending, len(policies))
     _errors(records)
     frame = _frame(records)
     if not frame.empty:
         frame["peak MiB"] = frame["peak_bytes"] / MIB
         st.altair_chart(charts.ratio_chart(frame), width="stretch")
+
+
+def calibration_rows(paths: tuple[Path, ...]) -> tuple[list[dict[str, Any]], list[str]]:
+    """A worker process's job: every calibration measurement against its prediction."""
+    return compare(paths, simulate_one)
 
 
 def render_calibration(inputs: Inputs) -> None:
@@ -122,10 +172,18 @@ def render_calibration(inputs: Inputs) -> None:
             "this view then compares each measurement with the simulator's prediction."
         )
         return
+    key = ("calibration", tuple((str(p), p.stat().st_mtime_ns) for p in paths))
     bar, update = _progress("predicting")
-    rows, problems = compare(paths, lambda s, limit: simulate_cached(s, limit))
-    update(1, 1)
+    done, failed, pending = session_runner().fetch({key: (calibration_rows, (tuple(paths),))}, on_progress=update)
     bar.empty()
+    if pending:
+        st.info(f"Predicting {len(paths)} calibration files: the comparison appears when it finishes "
+                f"(cut after {RUN_CAP_S:g} s).")
+        return
+    if key in failed:
+        st.warning(f"calibration: {failed[key]}")
+        return
+    rows, problems = done[key]
     for line in problems[:5]:
         st.warning(line)
     if not rows:
@@ -148,9 +206,10 @@ def render_recommend(inputs: Inputs) -> None:
     max_over_mib = c2.number_input("at most X MiB over-allocation", 0.0, 1e9, 64.0, key="max_over_mib", bind=Q)
     candidates = sweeps.candidate_policies(inputs.policies)
     st.caption(f"{len(candidates)} candidates: each compared policy with its step, seed rows, factor, max size or block rows varied.")
-    bar, update = _progress("candidates")
-    records = sweeps.run_policies(inputs.base, candidates, simulate_cached, inputs.kv_limit_bytes, update)
-    bar.empty()
+    records, pending = _records(inputs.base, candidates, inputs.kv_limit_bytes, "candidates")
+    for record in records:
+        record.pop("_cell")
+    _pending(pending, len(candidates))
     _errors(records)
     best = sweeps.recommend(records, max_grows, int(max_over_mib * MIB))
     if best is None:

@@ -1,4 +1,5 @@
-"""The dashboard's page: input errors first, then the tabs, with only the open one computed."""
+"""The dashboard's page: input errors first, then the tabs, with only the open one computed; while
+simulations are pending, a fragment polls for them and reruns the page as they finish."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import streamlit as st
 
 from kvsim.dashboard import analysis, views
 from kvsim.dashboard.config import Inputs
+from kvsim.dashboard.runner import Runner
 
 VIEWS: tuple[str, ...] = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
+REFRESH_S = 1.0  # how often a page with pending simulations looks for finished ones
 
 
 def render(inputs: Inputs) -> None:
@@ -25,7 +28,21 @@ def render(inputs: Inputs) -> None:
         views.render_timeline, analysis.render_sweeps, views.render_layers, analysis.render_calibration,
         analysis.render_recommend,
     ]
+    runner = views.session_runner()
+    runner.begin()
     for tab, fn in zip(tabs, renderers):
         if tab.open:
             with tab:
                 fn(inputs)
+    runner.end()  # work for inputs this run no longer shows is stopped
+    if runner.pending:
+        _refresh(runner)
+
+
+@st.fragment(run_every=REFRESH_S)
+def _refresh(runner: Runner) -> None:
+    """While simulations are pending: collect finished ones and rerun the page when any did."""
+    before = runner.pending
+    runner.poll()
+    if runner.pending < before or not runner.pending:
+        st.rerun(scope="app")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
@@ -10,7 +11,8 @@ import streamlit as st
 from kvsim.dashboard import charts
 from kvsim.dashboard.breakdown import layer_rows
 from kvsim.dashboard.config import Inputs
-from kvsim.dashboard.sweeps import policy_label, scenario_for, summary_record
+from kvsim.dashboard.runner import RUN_CAP_S, Runner
+from kvsim.dashboard.sweeps import Progress, policy_label, scenario_for, summary_record
 from kvsim.scenario.parse import Scenario
 from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
@@ -20,10 +22,48 @@ MIB = charts.MIB
 
 @st.cache_data(max_entries=512, show_spinner=False)
 def simulate_cached(scenario: Scenario, memory_limit_bytes: int | None) -> SimResult:
-    """``kvsim.api.simulate`` keyed on the (hashable, frozen) scenario and the limit."""
+    """``kvsim.api.simulate`` keyed on the (hashable, frozen) scenario and the limit (in this process)."""
+    return simulate_one(scenario, memory_limit_bytes)
+
+
+def simulate_one(scenario: Scenario, memory_limit_bytes: int | None) -> SimResult:
+    """A worker process's job: one prediction without per-buffer events."""
     from kvsim.api import simulate
 
     return simulate(scenario, memory_limit_bytes=memory_limit_bytes, record_events=False)
+
+
+def session_runner() -> Runner:
+    """This session's worker processes (``kvsim.dashboard.runner``)."""
+    if "kvsim_runner" not in st.session_state:
+        import kvsim.api  # noqa: F401 - imported here once, so that forked workers start warm
+
+        st.session_state.kvsim_runner = Runner()
+    return st.session_state.kvsim_runner
+
+
+def simulate_many(
+    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
+) -> tuple[dict[str, SimResult], dict[str, str], list[str]]:
+    """Results by label of what finished within the answer budget, one-line errors (a cut
+    simulation's says so), and the labels still computing (they fill in on the next refresh)."""
+    keys = {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
+    jobs = {key: (simulate_one, (key[1], memory_limit_bytes)) for key in keys.values()}
+    done, failed, _ = session_runner().fetch(jobs, on_progress=progress)
+    results = {label: replace(done[key], scenario_id=label) for label, key in keys.items() if key in done}
+    errors = {label: failed[key] for label, key in keys.items() if key in failed}
+    return results, errors, [label for label in scenarios if label not in results and label not in errors]
+
+
+def report_unfinished(errors: dict[str, str], pending: list[str]) -> None:
+    """One line for cut or failed simulations, one for those still computing."""
+    for label, line in list(errors.items())[:3]:
+        st.warning(f"{label}: {line}")
+    if len(errors) > 3:
+        st.warning(f"... and {len(errors) - 3} more not simulated")
+    if pending:
+        st.info(f"{len(pending)} still computing (shown as they finish; each is cut after {RUN_CAP_S:g} s): "
+                + ", ".join(pending[:4]) + (" ..." if len(pending) > 4 else ""))
 
 
 def compared(inputs: Inputs) -> tuple[dict[str, Scenario], list[str]]:
@@ -79,7 +119,11 @@ def render_timeline(inputs: Inputs) -> None:
         st.error(line)
     if not scenarios:
         return
-    results = {label: simulate_cached(s, inputs.kv_limit_bytes) for label, s in scenarios.items()}
+    results, failed, pending = simulate_many(scenarios, inputs.kv_limit_bytes)
+    report_unfinished(failed, pending)
+    if not results:
+        return
+    scenarios = {label: s for label, s in scenarios.items() if label in results}
     limit = inputs.kv_limit_bytes
     for label, r in results.items():
         if r.summary.first_step_over_limit is not None:

@@ -1,0 +1,156 @@
+"""Simulations for the dashboard in worker processes, within an answer budget.
+
+A view asks for results (``fetch``); what is not known yet starts in a worker process (at most one
+per core; the rest wait their turn). The view waits at most ``ANSWER_BUDGET_S`` and shows what
+finished; the page then reruns while work is pending, so cells fill in as they finish. Work that an
+input change abandoned is stopped (its process terminated) when the page's run ends, and work that
+runs past ``RUN_CAP_S`` is cut with a message saying so. Finished results are kept server-wide.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+ANSWER_BUDGET_S = float(os.environ.get("KVSIM_ANSWER_BUDGET_S", "1.0"))  # a view waits at most this long
+RUN_CAP_S = float(os.environ.get("KVSIM_RUN_CAP_S", "60"))  # a simulation running longer is cut
+MAX_KEPT = 4096  # finished results kept (least recently used dropped first)
+POLL_S = 0.02
+
+Job = tuple[Callable[..., Any], tuple[Any, ...]]  # a picklable function and its arguments
+_done: OrderedDict[Hashable, tuple[bool, Any]] = OrderedDict()  # key -> (ok, result or one-line error)
+
+
+def cut_message(cap_s: float = RUN_CAP_S) -> str:
+    return f"cut: needs more than {cap_s:g} s to simulate (fewer tokens or a larger step finish in time)"
+
+
+def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        conn.send((True, fn(*args)))
+    except Exception as err:  # noqa: BLE001 - reported on one line in the view
+        conn.send((False, f"{type(err).__name__}: {err}"))
+    finally:
+        conn.close()
+
+
+@dataclass(eq=False)
+class Running:
+    process: Any
+    conn: Connection
+    started_s: float
+
+
+@dataclass(eq=False)
+class Runner:
+    """One session's worker processes."""
+
+    workers: int = field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1))  # a core stays with the UI
+    running: dict[Hashable, Running] = field(default_factory=dict)
+    queued: OrderedDict[Hashable, Job] = field(default_factory=OrderedDict)
+    wanted: set[Hashable] = field(default_factory=set)  # keys asked for during the current page run
+    deadline_s: float = 0.0  # monotonic time after which this page run waits no more
+
+    # ---- a page run ---------------------------------------------------------------------------
+    def begin(self, budget_s: float | None = None) -> None:
+        """A page run starts: every ``fetch`` in it shares one answer budget (``ANSWER_BUDGET_S``)."""
+        self.wanted = set()
+        self.deadline_s = time.monotonic() + (ANSWER_BUDGET_S if budget_s is None else budget_s)
+
+    def end(self) -> None:
+        """Stop work no view of this run asked for: its input was abandoned."""
+        for key in [k for k in self.running if k not in self.wanted]:
+            self._stop(key)
+        for key in [k for k in self.queued if k not in self.wanted]:
+            del self.queued[key]
+
+    @property
+    def pending(self) -> int:
+        return len(self.running) + len(self.queued)
+
+    # ---- results -------------------------------------------------------------------------------
+    def fetch(
+        self, jobs: Mapping[Hashable, Job], on_progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[Hashable, Any], dict[Hashable, str], list[Hashable]]:
+        """(results, one-line errors, keys still pending) of ``jobs``, waiting at most until the page
+        run's deadline (``begin``; outside a page run, one answer budget from now)."""
+        self.wanted.update(jobs)
+        for key, job in jobs.items():
+            if key not in _done and key not in self.running:
+                self.queued.setdefault(key, job)
+        deadline = self.deadline_s or time.monotonic() + ANSWER_BUDGET_S
+        while True:
+            self._collect()
+            self._start()
+            finished = sum(1 for k in jobs if k in _done)
+            if on_progress is not None:
+                on_progress(finished, len(jobs))
+            if finished == len(jobs) or time.monotonic() >= deadline:
+                break
+            conns = [r.conn for r in self.running.values()]
+            wait(conns, timeout=min(POLL_S * 5, max(0.0, deadline - time.monotonic()))) if conns else time.sleep(POLL_S)
+        results, errors, pending = {}, {}, []
+        for key in jobs:
+            if key in _done:
+                _done.move_to_end(key)
+                ok, value = _done[key]
+                (results if ok else errors)[key] = value
+            else:
+                pending.append(key)
+        return results, errors, pending
+
+    def poll(self) -> None:
+        """Collect finished work and start queued work, without waiting."""
+        self._collect()
+        self._start()
+
+    # ---- processes -----------------------------------------------------------------------------
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        while self.queued and len(self.running) < self.workers:
+            key, (fn, args) = self.queued.popitem(last=False)
+            parent, child = ctx.Pipe(duplex=False)
+            process = ctx.Process(target=_child, args=(child, fn, args), daemon=True)
+            process.start()
+            child.close()
+            self.running[key] = Running(process, parent, time.monotonic())
+
+    def _collect(self) -> None:
+        now = time.monotonic()
+        for key, run in list(self.running.items()):
+            if run.conn.poll():
+                try:
+                    _keep(key, run.conn.recv())
+                except EOFError:  # the process died without an answer
+                    _keep(key, (False, f"worker exited with code {run.process.exitcode}"))
+                self._stop(key)
+            elif not run.process.is_alive():
+                _keep(key, (False, f"worker exited with code {run.process.exitcode}"))
+                self._stop(key)
+            elif now - run.started_s > RUN_CAP_S:
+                _keep(key, (False, cut_message()))
+                self._stop(key)
+
+    def _stop(self, key: Hashable) -> None:
+        run = self.running.pop(key)
+        if run.process.is_alive():
+            run.process.terminate()
+        run.process.join(timeout=1)
+        run.conn.close()
+
+
+def _keep(key: Hashable, outcome: tuple[bool, Any]) -> None:
+    _done[key] = outcome
+    if len(_done) > MAX_KEPT:
+        _done.popitem(last=False)
+
+
+def forget() -> None:
+    """Drop every kept result (benchmarks time cold renders)."""
+    _done.clear()
