@@ -48,6 +48,7 @@ class Boundary:
     structure: tuple  # buffer roles, reference counts, labels, cache size, dispatch phase...
     values: tuple[int | float, ...]  # rows, buffer lengths, counters, clocks: may move by a delta
     outputs: tuple[int, int, int, int, int]  # lengths of timeline, growth_s, decode_s, events, decisions
+    logged: bool  # allocator decisions were being logged
 
 
 def _float(x: object) -> bool:
@@ -178,10 +179,11 @@ class FastEngine(Engine):
         super().__init__(*args, **kwargs)
         self.timeline = Timeline()  # skipped cycles are affine blocks, made into runs when read
         self.decisions: list[tuple[int, ...]] = []
-        self._log_decisions()
+        self.logging = False  # decisions are logged from the first candidate cycle on (it costs a call per malloc)
 
     def _log_decisions(self) -> None:
         """Wrap this engine's allocator so that each malloc and free appends its decision."""
+        self.logging = True
         alloc, log = self.alloc, self.decisions
         cache, profile = alloc.cache, self.profile
         malloc, free = type(alloc).malloc.__get__(alloc), type(alloc).free.__get__(alloc)
@@ -243,7 +245,7 @@ class FastEngine(Engine):
         structure, values = _state(self)
         lcm = math.lcm(*(st.spec.ratio for st in self.layers))  # which layers get a row repeats mod lcm
         outputs = (len(self.timeline), len(self.growth_s), len(self.decode_s), len(self.events), len(self.decisions))
-        return Boundary(start, (start % lcm, *structure), tuple(values), outputs)
+        return Boundary(start, (start % lcm, *structure), tuple(values), outputs, self.logging)
 
     def _record(self, start: int) -> None:
         b = self._boundary(start)
@@ -266,6 +268,10 @@ class FastEngine(Engine):
             deltas = [_delta(a.values, b.values) for a, b in zip(marks, marks[1:])]
             curve = _delta(deltas[0], deltas[1])  # accumulated counters (bytes copied) move by a moving delta
             if not _same(curve, _delta(deltas[1], deltas[2])):
+                continue
+            if not marks[0].logged:  # a candidate: log decisions from now on, decide three cycles later
+                if not self.logging:
+                    self._log_decisions()
                 continue
             made = [self._decisions(a, b) for a, b in zip(marks, marks[1:])]
             if not made[0] == made[1] == made[2]:
@@ -378,4 +384,5 @@ class FastEngine(Engine):
         self.__dict__.update(state.__dict__)
         self.__dict__.update(kept)
         self.buffers.on_event = self._on_event if self.record_events else None
-        self._log_decisions()
+        if self.logging:
+            self._log_decisions()
