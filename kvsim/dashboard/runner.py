@@ -27,8 +27,8 @@ Job = tuple[Callable[..., Any], tuple[Any, ...]]  # a picklable function and its
 _done: OrderedDict[Hashable, tuple[bool, Any]] = OrderedDict()  # key -> (ok, result or one-line error)
 
 
-def cut_message(cap_s: float = RUN_CAP_S) -> str:
-    return f"cut: needs more than {cap_s:g} s to simulate (fewer tokens or a larger step finish in time)"
+def cut_message() -> str:
+    return f"cut: needs more than {RUN_CAP_S:g} s to simulate (fewer tokens or a larger step finish in time)"
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
