@@ -68,6 +68,9 @@ def test_one_host_stall_reproduces_a_loaded_growth_step() -> None:
                for k in range(600, 640)}
     for measured in (59_002_968, 68_440_152):
         assert min(abs(p - measured) for p in stalled) <= 8, (measured, sorted(stalled))
+    engine = simulate_timeline(scenario, profile, False)
+    settled = next(run.active_bytes for run in engine.timeline if run.first_step <= 258 < run.first_step + run.step_count)
+    assert min(stalled) >= settled + 0.5 * (quiet - settled)  # a stall keeps at least half the transient
 
 
 def test_shipped_profile_load_fields_come_from_the_train_split() -> None:
