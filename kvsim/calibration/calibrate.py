@@ -199,7 +199,9 @@ def _resume(path: Path, backend: str, version: str) -> tuple[list[str], set[tupl
     """Lines already in ``path`` (a truncated last line dropped) and its finished (id, repeat) pairs."""
     if not path.exists():
         return [], set()
-    header, records = read_calibration(path, allow_truncated_tail=True)
+    header, records = read_calibration(path, allow_truncated_tail=True, as_measured=False)
+    if header["format"] != FORMAT:
+        raise ValueError(f"{path}: holds format {header['format']!r}; measure into another folder (--out)")
     if (header["backend"], header["mlx_version"]) != (backend, version):
         raise ValueError(f"{path}: holds {header['backend']} MLX {header['mlx_version']}, not {backend} MLX {version}")
     lines = [_encode(header)] + [_encode(r) for r in records]

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.core.errors import KvsimError
+from kvsim.scenario.parse import before_layer_model
 
-FORMAT = "kvsim-calibration/1"
+FORMAT = "kvsim-calibration/2"
+FORMAT_BEFORE_LAYER_MODEL = "kvsim-calibration/1"
+"""Files measured before the layer model: their scenarios are read as measured (``before_layer_model``)."""
 STEP_FIELDS = ("tokens", "active_bytes", "cache_bytes", "peak_bytes", "wall_s")
 _RECORD_INTS = ("repeat", "peak_bytes", "final_active_bytes")
 _RECORD_NON_NEGATIVE = ("repeat", "peak_bytes")  # a run's index; a peak is never below the cache it holds
@@ -45,8 +48,9 @@ def calibration_filename(backend: str, mlx_version: str, date_yyyymmdd: str) -> 
 def _check_header(obj: Any, path: Path) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("kind") != "header":
         raise CalibrationFileError(path, 1, 'line 1 must be a header record ({"kind": "header", ...})')
-    if obj.get("format") != FORMAT:
-        raise CalibrationFileError(path, 1, f"format must be {FORMAT!r}, got {obj.get('format')!r}")
+    if obj.get("format") not in (FORMAT, FORMAT_BEFORE_LAYER_MODEL):
+        raise CalibrationFileError(path, 1, f"format must be {FORMAT!r} or {FORMAT_BEFORE_LAYER_MODEL!r}, "
+                                            f"got {obj.get('format')!r}")
     for key in ("backend", "mlx_version"):
         if not isinstance(obj.get(key), str) or not obj[key]:
             raise CalibrationFileError(path, 1, f"header field {key!r} must be a non-empty string, got {obj.get(key)!r}")
@@ -84,7 +88,7 @@ def _check_record(obj: Any, path: Path, line: int) -> dict[str, Any]:
 
 
 def read_calibration(
-    path: str | Path, *, allow_truncated_tail: bool = False
+    path: str | Path, *, allow_truncated_tail: bool = False, as_measured: bool = True
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Read and validate one calibration file.
 
@@ -92,6 +96,8 @@ def read_calibration(
         path: A ``.jsonl`` file written by ``kvsim calibrate``.
         allow_truncated_tail: Drop a last line that lacks its newline and does not parse (an
             interrupted write) instead of raising; used when resuming a run.
+        as_measured: Give a format-1 file's scenarios the meaning they were measured with
+            (``kvsim.scenario.parse.before_layer_model``); ``False`` returns them as stored.
 
     Returns:
         ``(header, records)`` in file order.
@@ -121,6 +127,9 @@ def read_calibration(
             raise CalibrationFileError(path, number, f"invalid JSON at column {err.colno}: {err.msg}{truncated}") from None
     header = _check_header(objs[0], path)
     records = [_check_record(obj, path, n) for n, obj in enumerate(objs[1:], start=2)]
+    if header["format"] == FORMAT_BEFORE_LAYER_MODEL and as_measured:
+        for record in records:
+            record["scenario"] = before_layer_model(record["scenario"])
     return header, records
 
 

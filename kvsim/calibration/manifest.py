@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from kvsim.calibration.datafile import FORMAT as CALIBRATION_FORMAT
-from kvsim.calibration.datafile import read_calibration, write_lines_atomic
+from kvsim.calibration.datafile import FORMAT_BEFORE_LAYER_MODEL, read_calibration, write_lines_atomic
 from kvsim.calibration.sweep import ALL_VALIDATION
 from kvsim.core.errors import KvsimError
 from kvsim.core.paths import REPO_DATA_DIR
@@ -99,9 +100,13 @@ def _other_entry(path: Path, rel: Path) -> dict[str, Any]:
 def describe(path: Path, data_dir: Path = REPO_DATA_DIR) -> dict[str, Any]:
     """One manifest entry: path (relative to ``data_dir``), backend, MLX version, role, host, date, records, sha256."""
     rel = path.relative_to(data_dir)
-    with path.open("rb") as fh:
-        first = json.loads(fh.readline() or b"null") if path.suffix == ".jsonl" else None
-    is_calibration = isinstance(first, dict) and first.get("format") == CALIBRATION_FORMAT
+    if path.name.endswith(".jsonl.xz"):  # measurement data shipped compressed (data/cpu-load)
+        with lzma.open(path, "rb") as fh:
+            first = json.loads(fh.readline() or b"null")
+    else:
+        with path.open("rb") as fh:
+            first = json.loads(fh.readline() or b"null") if path.suffix == ".jsonl" else None
+    is_calibration = isinstance(first, dict) and first.get("format") in (CALIBRATION_FORMAT, FORMAT_BEFORE_LAYER_MODEL)
     entry = _calibration_entry(path) if is_calibration else _other_entry(path, rel)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"path": rel.as_posix(), **entry, "sha256": sha256}

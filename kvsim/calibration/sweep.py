@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kvsim.scenario.parse import Scenario, ScenarioError, parse_scenario
+from kvsim.scenario.parse import Scenario, ScenarioError, before_layer_model, parse_scenario
 from kvsim.scenario.spec import DTYPE_BYTES
 
 VALIDATION_SLOTS = (1, 3)  # within each policy, ordinals i with i % 5 in these go to validation (40 %)
@@ -228,10 +228,15 @@ def assign_splits(scenarios: Iterable[Scenario], all_in: str | None = None) -> l
 
 
 def build_sweep(name: str = "default", backend: str = "mlx-cpu") -> list[SweepItem]:
-    """The named sweep's scenarios, validated, with their splits."""
+    """The named sweep's scenarios, validated, with their splits.
+
+    Drawn as the reference workload measures MLX caches (``before_layer_model``: K and V, windows running the
+    policy, no companion rows), so every shipped sweep draws the scenarios its files hold.
+    """
     if name not in SWEEPS:
         raise ValueError(f"--sweep: unknown sweep, got {name!r} (known: {', '.join(SWEEPS)})")
     all_in = "validation" if name in ALL_VALIDATION else "train" if name in ALL_TRAIN else None
-    return assign_splits((parse_scenario(d, backend=backend) for d in SWEEPS[name]()), all_in)
+    drawn = (parse_scenario(before_layer_model(d), backend=backend) for d in SWEEPS[name]())
+    return assign_splits(drawn, all_in)
 
 

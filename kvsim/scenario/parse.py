@@ -79,7 +79,7 @@ class Scenario:
         return layer_policy(self.policy_dict(), layer, self.workload.total_tokens, window_layers=self.window_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        """The scenario as a contract JSON object (per-layer model form)."""
+        """The scenario as a contract JSON object (per-layer model form); kvsim's fields only where not default."""
         layers = []
         for x in self.model.layers:
             layer = {"kv_heads": x.kv_heads, "head_dim": x.head_dim, "dtype": x.dtype, "ratio": x.ratio}
@@ -92,7 +92,7 @@ class Scenario:
         return {
             "id": self.id,
             "backend": self.backend,
-            "model": {"layers": layers, "kv_buffers": self.model.kv_buffers},
+            "model": {"layers": layers, **({"kv_buffers": self.model.kv_buffers} if self.model.kv_buffers != 2 else {})},
             "policy": self.policy_dict(),
             "workload": {
                 "prompt_tokens": w.prompt_tokens,
@@ -101,7 +101,7 @@ class Scenario:
                 "batch": w.batch,
             },
             "consumer": self.consumer,
-            "window_layers": self.window_layers,
+            **({"window_layers": self.window_layers} if self.window_layers != "rotating" else {}),
         }
 
 
@@ -248,3 +248,24 @@ def _check_window(model: ModelSpec, layer: LayerSpec, policy: Mapping[str, Any])
     if layer.window_rows is not None and layer.window_rows > context // layer.ratio:
         raise ScenarioError(f"model.layers[{model.layers.index(layer)}].window_rows", layer.window_rows,
                             f"larger than the context's {context // layer.ratio} rows ({context} tokens)")
+
+
+def before_layer_model(obj: Any) -> Any:
+    """A scenario object as kvsim measured and predicted it before the layer model (calibration format 1):
+    separate K and V buffers, sliding-window layers running the scenario's policy, no companion rows.
+
+    Presets are expanded to their layers, so the object means the same whatever the presets say later.
+    Anything that is not a valid scenario is returned unchanged, for ``parse_scenario`` to report.
+    """
+    try:
+        model = parse_model(_object(obj, "scenario").get("model"))
+    except ScenarioError:
+        return obj
+    layers = []
+    for x in model.layers:
+        layer = {"kv_heads": x.kv_heads, "head_dim": x.head_dim, "dtype": x.dtype, "ratio": x.ratio}
+        if x.window_rows is not None:
+            layer["window_rows"] = x.window_rows
+        layers.append(layer)
+    return {**obj, "model": {"layers": layers}, "window_layers": "policy"}
+
