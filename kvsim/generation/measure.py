@@ -20,6 +20,8 @@ from typing import Any
 
 from kvsim.generation.config import ModelConfig
 
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
 SCALE_KEYS: dict[str, int] = {  # width fields and the small value a scaled config gives them
     "hidden_size": 256, "n_embd": 256, "d_model": 256, "block_dim": 256, "conv_dim": 256, "conv_dim_out": 256,
     "intermediate_size": 512, "block_ff_dim": 512, "moe_intermediate_size": 128,
@@ -37,6 +39,7 @@ def scale_config(config: dict[str, Any], layers: int, **widths: int) -> dict[str
     ``widths``), per-layer lists cut to ``layers``, top-k at most 2. Architecture fields stay."""
     out = {k: v for k, v in config.items() if not k.startswith("_")}
     sizes = {**SCALE_KEYS, **widths}
+    layers = max(layers, int(config.get("sliding_window_pattern") or 0))  # gemma3 reads its first global layer
     text = out.get("text_config")
     for doc in (out, text) if isinstance(text, dict) else (out,):
         for key, small in sizes.items():
@@ -55,6 +58,8 @@ def scale_config(config: dict[str, Any], layers: int, **widths: int) -> dict[str
                 doc[key] = min(doc[key], 2)
         if "sliding_window" in doc and isinstance(doc["sliding_window"], int) and "sliding_window" in widths:
             doc["sliding_window"] = widths["sliding_window"]
+    if any(isinstance(out.get(k), int) and out[k] > 1 for k in MOE_KEYS):
+        out["torch_dtype"] = "float32"  # MLX 0.32.4's CPU GatherMM computes float32 only
     return out
 
 
@@ -75,6 +80,8 @@ class Run:
     """``mx.get_peak_memory()`` after the generation (weights included)."""
     weights_bytes: int
     """``mx.get_active_memory()`` once the weights were evaluated, before the generation."""
+    params_bytes: int
+    """Sum of the built model's parameters' ``nbytes`` (what ``weights_bytes`` of a prediction is)."""
     kv_bytes: int
     """Sum of the prompt caches' ``nbytes`` at the end."""
     final_active_bytes: int
@@ -97,7 +104,8 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
     from kvsim.generation.model import build_model
 
     mx.random.seed(seed)
-    model = build_model(ModelConfig(config, name), stand_in=False).model
+    built = build_model(ModelConfig(config, name), stand_in=False)
+    model = built.model
     mx.eval(model.parameters())
     mx.synchronize()
     mx.clear_cache()
@@ -114,7 +122,7 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
     mx.synchronize()
     seconds = time.perf_counter() - start
     return Run(name, config, prompt_tokens, max_tokens, prefill_step_size, kv_bits, max_kv_size,
-               peak_bytes=mx.get_peak_memory(), weights_bytes=weights, kv_bytes=sum(c.nbytes for c in cache),
+               peak_bytes=mx.get_peak_memory(), weights_bytes=weights, params_bytes=built.weights_bytes, kv_bytes=sum(c.nbytes for c in cache),
                final_active_bytes=mx.get_active_memory(), cache_bytes=mx.get_cache_memory(), seconds=seconds,
                mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()))
 

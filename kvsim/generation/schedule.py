@@ -145,7 +145,7 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
     prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
     chunks = _chunks(w)
-    with tracing(profile.sdpa_kernels) as t:
+    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile)) as t:
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval
         for i, n in enumerate(chunks):
@@ -162,6 +162,15 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
             else:
                 _advance(cache, t, 1, w)
     return pb.evals, sum(a.nbytes for a in cache_arrays(cache))
+
+
+MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}
+"""Matmul arithmetic rate per backend: the CPU's measured on this project's 2-core CI host (bf16, 2.6-4.1
+GFLOP/s over 256-8192-row products with MLX 0.32.4); the GPUs' are nominal dense half-precision rates."""
+
+
+def matmul_flops_per_s(profile: BackendProfile) -> float:
+    return MATMUL_FLOPS_PER_S.get(profile.name, 1e12)
 
 
 def _chunks(w: Workload) -> list[int]:
@@ -220,7 +229,7 @@ def _changes(cache: list[Any], w: Workload) -> bool:
             if c.policy.grow(c.capacity_rows, c.offset, 1) is not None:
                 return True
             continue
-        keys = c.keys[0] if isinstance(c.keys, tuple) else c.keys
+        keys = c.keys[0] if isinstance(c.keys, (tuple, list)) else c.keys
         capacity = keys.shape[2]
         max_size = getattr(c, "max_size", None)
         if c.offset >= capacity and (max_size is None or capacity < max_size):
@@ -240,7 +249,7 @@ def _advance(cache: list[Any], t: Trace, rows: int, w: Workload) -> None:
                 continue
             if c.keys is None:
                 raise ValueError("an empty KV cache cannot be advanced untraced")
-            if isinstance(c.keys, tuple):
+            if isinstance(c.keys, (tuple, list)):
                 b, h, _, packed = c.keys[0].shape
                 k = v = mx.zeros((b, h, rows, packed * 32 // c.bits), c.keys[1].dtype)
             else:

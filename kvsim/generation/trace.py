@@ -61,6 +61,8 @@ class Trace:
     """The graph of one step and the bookkeeping that maps Python arrays to its nodes."""
 
     sdpa_kernels: str = "fallback"
+    bytes_per_flop: float = 0.0
+    """Device time of a matmul's arithmetic, as the bytes the profile's time model would move meanwhile."""
     graph: StepGraph = field(default_factory=StepGraph)
     node_of: dict[int, int] = field(default_factory=dict)  # id(mx.array) -> node
     contiguous: dict[int, bool] = field(default_factory=dict)  # node -> row-contiguous
@@ -96,9 +98,9 @@ class Trace:
         self.keep.append(a)
         return n
 
-    def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = ()) -> int:
-        n = self.graph.op(prim, inputs, out.nbytes, work_bytes=out.nbytes + sum(self.graph.arrays[i].nbytes
-                                                                                 for i in inputs), donors=donors)
+    def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0) -> int:
+        moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
+        n = self.graph.op(prim, inputs, out.nbytes, work_bytes=moved + int(flops * self.bytes_per_flop), donors=donors)
         return self.bind(out, n)
 
     def view(self, src: int, out: mx.array, contiguous: bool) -> int:
@@ -111,6 +113,14 @@ def _arrays(x: Any) -> Iterator[mx.array]:
     elif isinstance(x, (list, tuple)):
         for y in x:
             yield from _arrays(y)
+
+
+MATMULS = frozenset({"__matmul__", "matmul", "addmm", "quantized_matmul", "gather_mm", "gather_qmm", "conv1d",
+                     "conv_general", "einsum", "segmented_mm", "block_masked_mm"})
+
+
+def _arrays_first(args: tuple) -> mx.array:
+    return next(_arrays(args))
 
 
 def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
@@ -144,8 +154,19 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     if base == "astype" and ins and outs[0].dtype == args[0].dtype:
         t.bind(outs[0], ins[0], t.contiguous.get(ins[0], True))
         return
-    donors = tuple(range(len(ins))) if base in ELEMENTWISE else ()
-    ids = [t.op(base, ins, o, donors) for o in outs]
+    elementwise = base in ELEMENTWISE
+    if elementwise:  # MLX broadcasts each operand to the output's shape: a Broadcast node where it differs
+        shapes = [a.shape for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
+        ins = [t.graph.view("Broadcast", i) if shape != outs[0].shape else i for i, shape in zip(ins, shapes)]
+        if any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in args):  # a Python scalar
+            ins.append(t.graph.view("Broadcast", t.graph.scalar(outs[0].dtype.size)))
+    flops = 2 * outs[0].size * _arrays_first(args).shape[-1] if base in MATMULS else 0
+    if base in ("__matmul__", "matmul") and len(ins) == 2 and args[0].ndim > 2 and args[1].ndim == 2:
+        ins[0] = t.graph.view("Broadcast", ins[0])  # matmul flattens the batch dims (a Flatten view) ...
+        t.bind(outs[0], t.graph.view("Broadcast", t.op("Matmul", ins, outs[0], flops=flops)))  # ... and unflattens
+        return
+    donors = tuple(range(len(ins))) if elementwise else ()
+    ids = [t.op(base, ins, o, donors, flops) for o in outs]
     if len(ids) > 1:
         for i in ids:
             t.graph.arrays[i].siblings = [j for j in ids if j != i]
@@ -213,9 +234,9 @@ def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def tracing(sdpa_kernels: str = "fallback") -> Iterator[Trace]:
+def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile."""
-    t = Trace(sdpa_kernels)
+    t = Trace(sdpa_kernels, bytes_per_flop)
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, attr: str, new: Any) -> None:

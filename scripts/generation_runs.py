@@ -1,0 +1,98 @@
+"""Measure real mlx-lm generations with random weights, and compare them with ``kvsim generate``.
+
+``measure``: for each shipped config (scaled down unless ``--full-size``), each workload, one real generation
+as the contract's section 5 measures it (``kvsim.generation.measure``), appended to ``OUT/<split>.jsonl``.
+Runs on the default MLX device: on a CUDA host (``mlx[cuda]``) the same command measures CUDA.
+``report``: kvsim's prediction of every run in the files given, and the peak error per split.
+
+    python scripts/generation_runs.py measure --split train --configs llama-3.2-1b-instruct,qwen3-0.6b \\
+        --out data/generation/mlx-cpu-0.32.4
+    python scripts/generation_runs.py report data/generation/mlx-cpu-0.32.4/*.jsonl --backend mlx-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from kvsim.generation.config import ModelConfig, load_model_config
+from kvsim.generation.measure import append_jsonl, measure, run_row, scale_config
+
+WORKLOADS = ((1024, 512, 64), (2048, 2048, 16), (3000, 1024, 200))
+"""(prompt tokens, prefill step size, max tokens) of each run; --workloads overrides."""
+SCALE = {"hidden_size": 256, "intermediate_size": 768, "vocab_size": 8192, "block_ff_dim": 768}
+"""Widths of the scaled configs beyond ``measure.SCALE_KEYS``: an embedding as large as the layers, as in
+real models."""
+WIDTHS = {"phi-2": {"hidden_size": 320}}
+"""Per-config widths: phi's partial rotary needs 0.4 x head_dim even."""
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
+    out = Path(args.out) / f"{args.split}.jsonl"
+    for name in args.configs.split(","):
+        config = load_model_config(name).config
+        if not args.full_size:
+            config = scale_config(config, args.layers, **{**SCALE, **WIDTHS.get(name, {})})
+        for n, step, k in workloads:
+            t = time.perf_counter()
+            run = measure(name, config, n, k, step, seed=args.seed)
+            append_jsonl(out, [run_row(run, args.split)])
+            print(f"{name} N={n} step={step} K={k}: peak {run.peak_bytes} ({time.perf_counter() - t:.1f} s)",
+                  file=sys.stderr, flush=True)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from kvsim.generation.model import build_model
+    from kvsim.generation.predict import predict
+    from kvsim.generation.schedule import Workload
+
+    errors: dict[str, list[float]] = {}
+    for path in args.files:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            built = build_model(ModelConfig(r["config"], r["name"]))
+            w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"])
+            p = predict(built, w, args.backend)
+            err = p.peak_bytes / r["peak_bytes"] - 1
+            errors.setdefault(r["split"], []).append(err)
+            row = {"split": r["split"], "name": r["name"], "prompt_tokens": w.prompt_tokens,
+                   "prefill_step_size": w.prefill_step_size, "max_tokens": w.max_tokens,
+                   "measured_peak_bytes": r["peak_bytes"], "peak_bytes": p.peak_bytes, "error": round(err, 5),
+                   "weights_exact": p.weights_bytes == r.get("params_bytes", p.weights_bytes),
+                   "kv_exact": p.kv_bytes == r["kv_bytes"]}
+            print(json.dumps(row), flush=True)
+    for split, errs in sorted(errors.items()):
+        a = [abs(e) for e in errs]
+        print(f"{split}: {len(a)} runs, peak error median {100 * statistics.median(a):.2f}% max {100 * max(a):.2f}%"
+              f" (signed median {100 * statistics.median(errs):+.2f}%)", file=sys.stderr)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--configs", required=True, help="comma-separated shipped config names (or paths)")
+    m.add_argument("--split", required=True, choices=("train", "validation", "heldout"))
+    m.add_argument("--out", required=True, help="folder for <split>.jsonl")
+    m.add_argument("--layers", type=int, default=4)
+    m.add_argument("--full-size", action="store_true", help="the configs as published (a GPU host)")
+    m.add_argument("--workloads", default=None, help=f"N:step:K,... (default: {WORKLOADS})")
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=cmd_measure)
+    r = sub.add_parser("report")
+    r.add_argument("files", nargs="+")
+    r.add_argument("--backend", default="mlx-cpu")
+    r.set_defaults(func=cmd_report)
+    args = parser.parse_args()
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
