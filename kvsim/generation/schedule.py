@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 
 from kvsim.generation.model import BuiltModel
 from kvsim.generation.trace import Trace, subgraph, tracing
@@ -148,6 +149,7 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
     with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile)) as t:
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval
+        t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
         for i, n in enumerate(chunks):
             if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
                 built.model(prompt[:, :n], cache=cache)

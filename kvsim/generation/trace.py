@@ -69,12 +69,22 @@ class Trace:
     keep: list[Any] = field(default_factory=list)  # every array seen, so ids are never reused
     leaf_arrays: dict[int, Any] = field(default_factory=dict)  # node -> the leaf array
     evaluated: set[int] = field(default_factory=set)  # nodes an earlier eval computed
+    known_leaves: set[int] = field(default_factory=set)  # id() of arrays that are leaves (parameters)
+    shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # node -> (shape, dtype) of its array
     on_eval: Callable[[list[Any]], None] | None = None  # called by mx.eval / mx.async_eval
     depth: int = 0
 
     def node(self, a: mx.array) -> int:
-        """The node of ``a``; an array no recorded op produced is a leaf (weights, cache state, scalars)."""
+        """The node of ``a``; an array no recorded op produced is a leaf (weights, cache state, scalars),
+        except the output of an ``mx.compile``-d function: MLX hands it back as a new Python object, so an
+        unknown array of more than a few elements is the latest recorded array of its shape and dtype."""
         n = self.node_of.get(id(a))
+        if n is None and a.size > SMALL_LEAF_ELEMENTS and id(a) not in self.known_leaves:
+            n = self._compiled_output(a)
+            if n is not None:
+                self.keep.append(a)
+                self.node_of[id(a)] = n
+                return n
         if n is None:
             n = self.graph.leaf(0, -1, py_held=False)
             self.node_of[id(a)] = n
@@ -82,6 +92,18 @@ class Trace:
             self.keep.append(a)
             self.leaf_arrays[n] = a
         return n
+
+    def _compiled_output(self, a: mx.array) -> int | None:
+        arrays = self.graph.arrays
+        for n in range(len(arrays) - 1, max(-1, len(arrays) - COMPILED_LOOKBACK), -1):
+            if arrays[n].prim and self.shapes.get(n) == (a.shape, a.dtype):
+                return n
+        return None
+
+    def register_leaves(self, arrays: list[mx.array]) -> None:
+        """Arrays that are leaves whatever their size (the model's parameters)."""
+        self.known_leaves.update(id(a) for a in arrays)
+        self.keep.extend(arrays)
 
     def evaluated_leaf(self, a: mx.array) -> int:
         """Register ``a`` as an evaluated array holding its own buffer (a cache advanced untraced)."""
@@ -94,6 +116,7 @@ class Trace:
 
     def bind(self, a: mx.array, n: int, contiguous: bool = True) -> int:
         self.node_of[id(a)] = n
+        self.shapes.setdefault(n, (a.shape, a.dtype))
         self.contiguous[n] = contiguous
         self.keep.append(a)
         return n
@@ -114,6 +137,11 @@ def _arrays(x: Any) -> Iterator[mx.array]:
         for y in x:
             yield from _arrays(y)
 
+
+SMALL_LEAF_ELEMENTS = 64
+"""Unknown arrays this small are Python constants (``mx.array(scale)``), never a compiled function's output."""
+COMPILED_LOOKBACK = 256
+"""How far back (in nodes) a compiled function's output is looked for."""
 
 MATMULS = frozenset({"__matmul__", "matmul", "addmm", "quantized_matmul", "gather_mm", "gather_qmm", "conv1d",
                      "conv_general", "einsum", "segmented_mm", "block_masked_mm"})
