@@ -113,3 +113,15 @@ def test_timeline_affine_blocks_read_like_the_runs_they_stand_for() -> None:
         cut = rng.randint(0, len(runs))
         timeline.truncate(cut)
         assert list(timeline) == runs[:cut]
+
+
+def test_load_transients_of_a_timeline_give_the_load_low_of_all_its_runs() -> None:
+    from kvsim.sim.peak_range import load_low, step_transients
+
+    sc = _uniform(12_000)
+    profile = load_profile("mlx-cpu")
+    fast = simulate_timeline(sc, profile, False, exact=False)
+    runs = list(fast.timeline)
+    assert len(step_transients(fast.timeline)) < len(step_transients(runs))  # blocks read at their ends
+    for share in (0.0, 0.3, 0.68, 1.0):
+        assert load_low(step_transients(fast.timeline), share) == load_low(step_transients(runs), share)

@@ -40,7 +40,7 @@ from kvsim.scenario.parse import Scenario
 from kvsim.sim.engine import Engine, simulate_timeline
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import TimelineRun
-from kvsim.sim.timeline import peak_run
+from kvsim.sim.timeline import Timeline, peak_run
 
 
 def bound_range(
@@ -99,6 +99,8 @@ def step_transients(timeline: Iterable[TimelineRun]) -> list[tuple[int, int]]:
     starts from and ends at, which no run of the step peaks below (a step's peak is read at a malloc,
     after its inputs exist and before its outputs are freed). A run of identical steps gives two: its
     first step (starting from the previous run's active bytes) and the rest (starting from their own)."""
+    if isinstance(timeline, Timeline):  # the fast engine's: each affine block read at its two ends
+        return timeline.step_transients()
     out, before = [], 0
     for run in timeline:
         out.append((max(before, run.active_bytes), run.peak_bytes))

@@ -183,6 +183,30 @@ class Timeline(Sequence[TimelineRun]):
                 best = (value, index)
         return best[1]
 
+    def step_transients(self) -> list[tuple[int, int]]:
+        """``kvsim.sim.peak_range.step_transients`` of the runs, reading only each block's first and last
+        copy: within a block both entries of a run are maxima of quantities affine in the copy number,
+        so whatever is taken over them (a largest weighted sum) is at one of the two ends."""
+        out, before = [], 0
+        for block in self._blocks:
+            if isinstance(block, list):
+                copies: list[list[TimelineRun]] = [block]
+                lead_ins = [before]
+            else:
+                n, ends = len(block.cycle), sorted({1, block.repeats})
+                copies = [[block.run((k - 1) * n + j) for j in range(n)] for k in ends]
+                lead_ins = [before if k == 1 else block.run((k - 1) * n - 1).active_bytes for k in ends]
+            for runs, lead_in in zip(copies, lead_ins):
+                prev = lead_in
+                for run in runs:
+                    out.append((max(prev, run.active_bytes), run.peak_bytes))
+                    if run.step_count > 1:
+                        out.append((run.active_bytes, run.peak_bytes))
+                    prev = run.active_bytes
+            if copies and copies[-1]:
+                before = copies[-1][-1].active_bytes
+        return out
+
     def first_over(self, limit_bytes: int) -> int | None:
         """Index of the first run whose peak exceeds ``limit_bytes``, or ``None``."""
         for start, block in zip(self._starts, self._blocks):
