@@ -13,10 +13,12 @@ import altair as alt
 import pandas as pd
 
 from kvsim.sim.result import SimResult
+from kvsim.sim.timeline import thinned
 
 MIB = float(1 << 20)
 TIMELINE_METRICS: dict[str, str] = {"peak_bytes": "step peak", "active_bytes": "active", "kv_bytes": "KV capacity"}
 MAX_POINTS = 4500  # all series together: under Altair's default 5000-row limit
+MAX_DRAWN_RUNS = 4_000  # a longer fast-mode timeline is drawn from evenly spaced copies of its cycles
 
 
 def _downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -41,7 +43,7 @@ def timeline_frame(results: Mapping[str, SimResult], max_points: int = MAX_POINT
     parts: list[pd.DataFrame] = []
     for label, result in results.items():
         rows: list[dict[str, Any]] = []
-        for run in result.timeline:
+        for run in thinned(result.timeline, MAX_DRAWN_RUNS):
             ends = [(run.first_step, run.first_token + run.tokens_per_step)]
             if run.step_count > 1:
                 ends.append((run.first_step + run.step_count - 1, run.first_token + run.step_count * run.tokens_per_step))
@@ -61,7 +63,7 @@ def growth_frame(results: Mapping[str, SimResult]) -> pd.DataFrame:
     rows = [
         {"policy": label, "step": step, "tokens": tokens + run.tokens_per_step, "MiB": run.peak_bytes / MIB}
         for label, result in results.items()
-        for run in result.timeline
+        for run in thinned(result.timeline, MAX_DRAWN_RUNS)
         if run.grew
         for step, tokens in run.steps()
     ]

@@ -109,7 +109,7 @@ def exports(inputs: Inputs, scenarios: dict[str, Scenario], results: dict[str, S
     col1, col2, col3 = st.columns(3)
     col1.download_button("scenarios JSON (kvsim predict)", json.dumps(objs, indent=1), "scenarios.json", "application/json")
     col2.download_button("summary CSV", summary_frame(results).to_csv(index=False), "summary.csv", "text/csv")
-    col3.download_button("timeline CSV", timeline_csv(results), "timeline.csv", "text/csv")
+    col3.download_button("timeline CSV", lambda: timeline_csv(results), "timeline.csv", "text/csv")  # made on click
 
 
 def render_timeline(inputs: Inputs) -> None:

@@ -219,6 +219,25 @@ class Timeline(Sequence[TimelineRun]):
         return None
 
 
+def thinned(runs: Sequence[TimelineRun], max_runs: int) -> Iterator[TimelineRun]:
+    """The runs to draw: all of them when few, else every plain run and, of each affine block,
+    evenly spaced copies (the first and the last included) so that about ``max_runs`` come out."""
+    if not isinstance(runs, Timeline) or len(runs) <= max_runs:
+        yield from runs
+        return
+    blocks = runs._blocks
+    copies = sum(b.repeats for b in blocks if isinstance(b, AffineBlock))
+    room = max(2 * sum(isinstance(b, AffineBlock) for b in blocks), max_runs - sum(len(b) for b in blocks if isinstance(b, list)))
+    for block in blocks:
+        if isinstance(block, list):
+            yield from block
+            continue
+        n, keep = len(block.cycle), max(2, block.repeats * room // max(1, copies) // max(1, len(block.cycle)))
+        picks = sorted({round(i * (block.repeats - 1) / (keep - 1)) for i in range(keep)}) if block.repeats > 1 else [0]
+        for k in picks:
+            yield from (block.run(k * n + j) for j in range(n))
+
+
 def peak_run(runs: Sequence[TimelineRun]) -> TimelineRun:
     """The first run with the largest peak, of a ``Timeline`` or any sequence."""
     if isinstance(runs, Timeline):
