@@ -138,3 +138,11 @@ def test_ctrl_c_exits_130_with_whole_lines(tmp_path: Path) -> None:
     lines = (first + rest).splitlines()
     assert 1 <= len(lines) < 40 and (first + rest).endswith("\n")
     assert [json.loads(x)["id"] for x in lines] == [f"s{i}" for i in range(len(lines))]
+
+
+def test_exact_flag_gives_the_same_bytes_as_fast_mode(tmp_path: Path) -> None:
+    doc = [{**VALID, "id": "long", "policy": {"name": "step", "step": 64},
+            "workload": {**VALID["workload"], "decode_tokens": 12_000}}]
+    fast, exact = (json.loads(predict(tmp_path, doc, *flag).stdout) for flag in ((), ("--exact",)))
+    fields = ("peak_bytes", "final_active_bytes", "peak_low_bytes", "peak_high_bytes", "grow_events", "bytes_copied")
+    assert {f: fast[f] for f in fields} == {f: exact[f] for f in fields}

@@ -15,6 +15,7 @@ from kvsim.scenario.parse import BACKENDS, ScenarioError, parse_scenario
 
 EXIT_INVALID = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXACT_HELP = "replay every growth step op by op (the reference) instead of deriving repeating cycles"
 
 
 def _fail(message: str) -> int:
@@ -77,7 +78,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _fail(str(err))
     status = 0
     try:
-        for line, failed in predict_lines(objs, args.backend, args.jobs):
+        for line, failed in predict_lines(objs, args.backend, args.jobs, args.exact):
             status = EXIT_INVALID if failed else status
             write_line(line)
     except KeyboardInterrupt:
@@ -107,7 +108,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     status = 0
     writer = csv.writer(sys.stdout) if args.csv else None
     header_written = False
-    for i, (sid, result, error) in enumerate(simulate_each(objs, args.backend, memory_limit_bytes=args.limit_bytes)):
+    for i, (sid, result, error) in enumerate(simulate_each(objs, args.backend, memory_limit_bytes=args.limit_bytes,
+                                                                 exact=args.exact)):
         if error is not None:
             print(f"kvsim: scenario {i} ({sid!r}): {error}", file=sys.stderr)
             status = EXIT_INVALID
@@ -135,11 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenarios", help="JSON file with a list of scenario objects; - reads stdin")
     p.add_argument("--backend", choices=BACKENDS, default=None, help="override each scenario's backend")
     p.add_argument("--jobs", type=positive_int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--exact", action="store_true", help=EXACT_HELP)
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("simulate", help="simulate scenarios and print a readable timeline")
     s.add_argument("scenarios", help="JSON file with a list of scenario objects")
     s.add_argument("--backend", choices=BACKENDS, default=None)
     s.add_argument("--limit-bytes", type=positive_int, default=None, help="report the first step whose peak exceeds this")
+    s.add_argument("--exact", action="store_true", help=EXACT_HELP)
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object per scenario")
     fmt.add_argument("--csv", action="store_true", help="the timeline as CSV")

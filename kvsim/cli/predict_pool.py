@@ -17,16 +17,16 @@ from typing import Any
 INLINE_MAX_SCENARIOS = 2  # fewer than this many per worker is not worth a pool's start
 
 
-def predict_line(obj: Any, backend: str | None) -> tuple[str, bool]:
+def predict_line(obj: Any, backend: str | None, exact: bool = False) -> tuple[str, bool]:
     """One scenario's contract line (JSON text) and whether it is an error line."""
     from kvsim.cli.commands import simulate_each
 
-    ((sid, result, error),) = simulate_each([obj], backend, record_events=False)
+    ((sid, result, error),) = simulate_each([obj], backend, record_events=False, exact=exact)
     line = {"id": sid, "error": error} if error is not None else result.to_prediction()
     return json.dumps(line), error is not None
 
 
-def _predict_job(job: tuple[Any, str | None]) -> tuple[str, bool]:
+def _predict_job(job: tuple[Any, str | None, bool]) -> tuple[str, bool]:
     return predict_line(*job)
 
 
@@ -50,11 +50,14 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def predict_lines(objs: list[Any], backend: str | None, jobs: int | None = None) -> Iterator[tuple[str, bool]]:
-    """(line, is_error) for each scenario, in input order; ``jobs`` worker processes."""
+def predict_lines(
+    objs: list[Any], backend: str | None, jobs: int | None = None, exact: bool = False
+) -> Iterator[tuple[str, bool]]:
+    """(line, is_error) for each scenario, in input order; ``jobs`` worker processes; ``exact``: the
+    op-by-op reference instead of fast mode."""
     jobs = min(jobs or default_jobs(), max(1, len(objs) // INLINE_MAX_SCENARIOS))
     if jobs <= 1:
-        yield from _with_progress((predict_line(obj, backend) for obj in objs), len(objs))
+        yield from _with_progress((predict_line(obj, backend, exact) for obj in objs), len(objs))
         return
     import kvsim.api  # noqa: F401 - imported once here, inherited by forked workers
 
@@ -62,7 +65,7 @@ def predict_lines(objs: list[Any], backend: str | None, jobs: int | None = None)
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ctx.Pool(jobs, initializer=_ignore_sigint)  # before the bar: no tqdm thread is forked
     try:
-        yield from _with_progress(pool.imap(_predict_job, [(obj, backend) for obj in objs]), len(objs))
+        yield from _with_progress(pool.imap(_predict_job, [(obj, backend, exact) for obj in objs]), len(objs))
         pool.close()
     finally:
         pool.terminate()  # also on Ctrl-C or a closed stdout: no worker outlives the command
