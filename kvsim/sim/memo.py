@@ -26,7 +26,11 @@ def key(scenario: object, *options: Hashable) -> Hashable:
 def cached(k: Hashable, compute: Callable[[], T], keep: Callable[[T], bool] = lambda _: True) -> T:
     """``compute()``'s value for ``k``, computed once while kept; values ``keep`` refuses (too large)
     are returned, not kept."""
-    if k in _results:
+    try:
+        hit = k in _results
+    except TypeError:  # an unhashable part (a profile built by hand): computed, not kept
+        return compute()
+    if hit:
         _results.move_to_end(k)
         return _results[k]  # type: ignore[return-value]
     value = compute()
