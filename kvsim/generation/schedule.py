@@ -11,7 +11,7 @@ Decode evals in which no cache changes size repeat their predecessors' memory an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -142,6 +142,8 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
     w = workload
     from mlx_lm.models.cache import make_prompt_cache
 
+    profile = generation_profile(profile)
+
     cache = cache if cache is not None else make_prompt_cache(built.model, max_kv_size=w.max_kv_size)
     prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
@@ -169,6 +171,20 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
 MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}
 """Matmul arithmetic rate per backend: the CPU's measured on this project's 2-core CI host (bf16, 2.6-4.1
 GFLOP/s over 256-8192-row products with MLX 0.32.4); the GPUs' are nominal dense half-precision rates."""
+
+
+IN_FLIGHT_TASKS = {"mlx-cpu": 7}
+"""Tasks the CPU host keeps in flight in a model's graph, fitted on the train split of
+``data/generation/mlx-cpu-0.32.4`` (27 runs, 9 configs; median |error| 1.5%, max 7.3%; 6: 1.1% / 9.5%, 8: 3.5% /
+6.0%, 10 (MLX's ``MAX_ACTIVE_TASKS``, which the KV workload fits): 6.5% / 10.1%). With 10 the model keeps
+the previous layer's attention scores alive while the host dispatches the next layer; real runs on this
+host free them sooner: the worker's matmuls and the host share its two cores."""
+
+
+def generation_profile(profile: BackendProfile) -> BackendProfile:
+    """``profile`` with the fitted in-flight task count of whole-model graphs, where one is fitted."""
+    tasks = IN_FLIGHT_TASKS.get(profile.name)
+    return profile if tasks is None else replace(profile, max_active_tasks=tasks)
 
 
 def matmul_flops_per_s(profile: BackendProfile) -> float:

@@ -25,6 +25,8 @@ from kvsim.sim.graph import Array, StepGraph
 
 VIEW_METHODS = frozenset({"transpose", "swapaxes", "moveaxis", "T", "mT", "squeeze", "expand_dims",
                           "broadcast_to", "view", "split", "diagonal", "as_strided"})
+STRIDE_VIEWS = frozenset({"split", "squeeze", "expand_dims", "view"})
+"""Views whose strides a later ``Reshape`` still expresses without a copy (``prepare_reshape``)."""
 RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
 ELEMENTWISE = frozenset({
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
@@ -65,7 +67,7 @@ class Trace:
     """Device time of a matmul's arithmetic, as the bytes the profile's time model would move meanwhile."""
     graph: StepGraph = field(default_factory=StepGraph)
     node_of: dict[int, int] = field(default_factory=dict)  # id(mx.array) -> node
-    contiguous: dict[int, bool] = field(default_factory=dict)  # node -> row-contiguous
+    contiguous: dict[int, bool] = field(default_factory=dict)  # node -> a Reshape of it is a view
     keep: list[Any] = field(default_factory=list)  # every array seen, so ids are never reused
     leaf_arrays: dict[int, Any] = field(default_factory=dict)  # node -> the leaf array
     evaluated: set[int] = field(default_factory=set)  # nodes an earlier eval computed
@@ -168,14 +170,15 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
             t.op("Reshape", ins[:1], outs[0])
         return
     if base in VIEW_METHODS and ins:
+        keeps = base in STRIDE_VIEWS  # MLX reshapes a slice or a split as a view; a permutation it copies
         for o in outs:
-            t.view(ins[0], o, False)
+            t.view(ins[0], o, keeps and t.contiguous.get(ins[0], True))
         return
     if base == "__getitem__" and ins:
         index = args[1] if len(args) > 1 else None
         basic = not any(isinstance(i, mx.array) for i in (index if isinstance(index, tuple) else (index,)))
         if basic:
-            t.view(ins[0], outs[0], False)
+            t.view(ins[0], outs[0], t.contiguous.get(ins[0], True))
         else:
             t.op("Gather", ins, outs[0])
         return
