@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from kvsim.scenario.parse import Scenario
 from kvsim.sim import memo
-from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.engine import Engine
+from kvsim.sim.extrapolate import play
 from kvsim.sim.peak_range import PeakEstimate, estimate_peak
 from kvsim.sim.profile import BackendProfile, load_profile
 from kvsim.sim.result import SimResult, Summary, TimelineRun
@@ -42,7 +43,7 @@ def simulate(
     profile = profile or load_profile(scenario.backend)
 
     def run() -> SimResult:
-        engine = simulate_timeline(scenario, profile, record_events, exact)
+        engine = play(scenario, profile, record_events, exact)
         return SimResult(
             scenario.id, profile.name, scenario.policy_name, _frozen(engine.timeline), tuple(engine.events),
             _summary(engine, estimate_peak(scenario, profile, engine, exact), memory_limit_bytes),

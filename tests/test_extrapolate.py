@@ -10,7 +10,7 @@ from kvsim.api import simulate
 from kvsim.calibration.sweep import build_sweep
 from kvsim.scenario.parse import parse_scenario
 from kvsim.sim.engine import simulate_timeline
-from kvsim.sim.extrapolate import FastEngine
+from kvsim.sim.extrapolate import FastEngine, play
 from kvsim.sim.profile import load_profile
 
 BYTES = ("peak_bytes", "final_active_bytes", "peak_low_bytes", "peak_high_bytes", "final_kv_bytes", "grow_events",
@@ -120,7 +120,7 @@ def test_load_transients_of_a_timeline_give_the_load_low_of_all_its_runs() -> No
 
     sc = _uniform(12_000)
     profile = load_profile("mlx-cpu")
-    fast = simulate_timeline(sc, profile, False, exact=False)
+    fast = play(sc, profile, False)
     runs = list(fast.timeline)
     assert len(step_transients(fast.timeline)) < len(step_transients(runs))  # blocks read at their ends
     for share in (0.0, 0.3, 0.68, 1.0):

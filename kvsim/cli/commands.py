@@ -7,11 +7,11 @@ import csv
 import json
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from kvsim.scenario.budget import check_cost
-from kvsim.scenario.parse import BACKENDS, ScenarioError, parse_scenario
+from kvsim.cli.predict_pool import simulate_each
+from kvsim.scenario.parse import BACKENDS
 
 EXIT_INVALID = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -42,26 +42,6 @@ def load_scenarios(path: str) -> list[Any]:
     if not isinstance(doc, list):
         raise ValueError(f"{path}: must hold a list of scenario objects, got {type(doc).__name__}")
     return doc
-
-
-def simulate_each(objs: list[Any], backend: str | None, **kwargs: Any) -> Iterator[tuple[Any, Any, str | None]]:
-    """(scenario id, result, None) or (id, None, one-line error) for each object, in order.
-
-    One bad scenario never stops the others: an invalid one gives its ``ScenarioError``; anything
-    else the simulator raises is reported as an internal error on one line.
-    """
-    from kvsim.api import simulate
-
-    for obj in objs:
-        sid = obj.get("id") if isinstance(obj, dict) else None
-        try:
-            scenario = parse_scenario(obj, backend)
-            check_cost(scenario)
-            yield sid, simulate(scenario, **kwargs), None
-        except ScenarioError as err:
-            yield sid, None, str(err)
-        except Exception as err:  # noqa: BLE001 - reported, and the next scenario still runs
-            yield sid, None, f"internal error: {type(err).__name__}: {err}"
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

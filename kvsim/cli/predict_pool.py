@@ -1,4 +1,5 @@
-"""``kvsim predict`` over many scenarios: a process pool, lines in input order, a progress bar.
+"""Predicting scenarios for the CLI: one by one (``simulate_each``), or for ``kvsim predict`` a process
+pool with lines in input order and a progress bar.
 
 Workers ignore SIGINT so that Ctrl-C reaches only the parent, which terminates the pool
 (``multiprocessing.Pool.terminate``) and leaves what it already printed intact.
@@ -14,13 +15,34 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from kvsim.scenario.budget import check_cost
+from kvsim.scenario.parse import ScenarioError, parse_scenario
+
 INLINE_MAX_SCENARIOS = 2  # fewer than this many per worker is not worth a pool's start
+
+
+def simulate_each(objs: list[Any], backend: str | None, **kwargs: Any) -> Iterator[tuple[Any, Any, str | None]]:
+    """(scenario id, result, None) or (id, None, one-line error) for each object, in order.
+
+    One bad scenario never stops the others: an invalid one gives its ``ScenarioError``; anything
+    else the simulator raises is reported as an internal error on one line.
+    """
+    from kvsim.api import simulate
+
+    for obj in objs:
+        sid = obj.get("id") if isinstance(obj, dict) else None
+        try:
+            scenario = parse_scenario(obj, backend)
+            check_cost(scenario)
+            yield sid, simulate(scenario, **kwargs), None
+        except ScenarioError as err:
+            yield sid, None, str(err)
+        except Exception as err:  # noqa: BLE001 - reported, and the next scenario still runs
+            yield sid, None, f"internal error: {type(err).__name__}: {err}"
 
 
 def predict_line(obj: Any, backend: str | None, exact: bool = False) -> tuple[str, bool]:
     """One scenario's contract line (JSON text) and whether it is an error line."""
-    from kvsim.cli.commands import simulate_each
-
     ((sid, result, error),) = simulate_each([obj], backend, record_events=False, exact=exact)
     line = {"id": sid, "error": error} if error is not None else result.to_prediction()
     return json.dumps(line), error is not None

@@ -334,18 +334,12 @@ class Engine:
 
 
 def simulate_timeline(
-    scenario: Scenario, profile: BackendProfile, record_events: bool = True, exact: bool = True
+    scenario: Scenario, profile: BackendProfile, record_events: bool = True, engine_class: type[Engine] | None = None
 ) -> Engine:
-    """Run the engine to completion under a simpy clock; return it for inspection.
-
-    ``exact=False`` jumps over repeating cycles of steps (``kvsim.sim.extrapolate``)."""
+    """Run the engine (``engine_class``, by default ``Engine``: op by op) to completion under a simpy
+    clock; return it for inspection. ``kvsim.sim.extrapolate.play`` picks fast mode or this."""
     env = simpy.Environment()
-    if exact:
-        engine = Engine(scenario, profile, record_events)
-    else:
-        from kvsim.sim.extrapolate import FastEngine  # imports this module
-
-        engine = FastEngine(scenario, profile, record_events)
+    engine = (engine_class or Engine)(scenario, profile, record_events)
     env.process(engine.run(env))
     env.run()
     return engine

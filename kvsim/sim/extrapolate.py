@@ -30,8 +30,10 @@ import copy
 import math
 from dataclasses import dataclass
 
+from kvsim.scenario.parse import Scenario
 from kvsim.sim.allocator import rounded_size
-from kvsim.sim.engine import Engine
+from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import MemoryEvent, TimelineRun
 from kvsim.sim.timeline import Timeline
 
@@ -386,3 +388,8 @@ class FastEngine(Engine):
         self.buffers.on_event = self._on_event if self.record_events else None
         if self.logging:
             self._log_decisions()
+
+
+def play(scenario: Scenario, profile: BackendProfile, record_events: bool = True, exact: bool = False) -> Engine:
+    """The scenario's run: fast mode, or with ``exact`` the op-by-op reference (``Engine``)."""
+    return simulate_timeline(scenario, profile, record_events, None if exact else FastEngine)

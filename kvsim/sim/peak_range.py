@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.scenario.parse import Scenario
-from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.engine import Engine
+from kvsim.sim.extrapolate import play
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import TimelineRun
 from kvsim.sim.timeline import Timeline, peak_run
@@ -135,10 +136,10 @@ def estimate_peak(scenario: Scenario, profile: BackendProfile, engine: Engine, e
     if not profile.is_gpu:
         transients = step_transients(engine.timeline) if profile.load_transient_share < 1 else []  # else unread
         return PeakEstimate(fitted, *load_range(transients, fitted, profile))
-    early, late = (peak_of(simulate_timeline(scenario, profile.variant(end), False, exact)) for end in ("low", "high"))
+    early, late = (peak_of(play(scenario, profile.variant(end), False, exact)) for end in ("low", "high"))
     floor = None
     if profile.range_floor_margin < 1:
-        floor = peak_of(simulate_timeline(scenario, profile.floor_variant(), False, exact))
+        floor = peak_of(play(scenario, profile.floor_variant(), False, exact))
     low, high = profile_range(profile, fitted, early, late, floor)
     low, high = math.ceil(low), math.floor(high)
     point = round(point_estimate(fitted, early, late, profile.peak_point_weight))
