@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kvsim.generation.config import ModelConfig
 from kvsim.generation.devices import Device
-from kvsim.generation.model import BuiltModel
+from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.predict import Prediction, predict
 from kvsim.generation.schedule import Workload
 
@@ -96,10 +97,21 @@ def options(w: Workload, policy: dict[str, Any] | None) -> list[Option]:
     return [o for o in out if o.workload != w or o.policy != policy]
 
 
+def quantized_weights(built: BuiltModel, bits: int) -> BuiltModel:
+    """The same model converted with ``mlx_lm.convert -q --q-bits bits`` (group size 64)."""
+    config = {**built.config.config, "quantization": {"group_size": 64, "bits": bits}}
+    return build_model(ModelConfig(config, built.config.source), built.dtype)
+
+
 def what_fits(built: BuiltModel, w: Workload, device: Device, backend: str,
               policy: dict[str, Any] | None) -> list[tuple[Option, Prediction]]:
-    """Each option's prediction at the requested context, the ones that fit first (lowest peak first)."""
+    """Each option's prediction at the requested context, the ones that fit first (lowest peak first);
+    for a model that is not quantized, its 8- and 4-bit conversions too."""
     tried = [(o, predict(built, o.workload, backend, o.policy)) for o in options(w, policy)]
+    if built.quantization is None:
+        for bits in (8, 4):
+            label = f"{bits}-bit weights (mlx_lm.convert -q --q-bits {bits})"
+            tried.append((Option(label, w, policy), predict(quantized_weights(built, bits), w, backend, policy)))
     return sorted(tried, key=lambda op: (not verdict(op[1].peak_bytes, device).fits, op[1].peak_bytes))
 
 
