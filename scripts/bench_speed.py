@@ -75,17 +75,15 @@ def _forget() -> None:
 def worker(cases: list[str], repeats: int) -> dict[str, float]:
     from kvsim.api import simulate
 
-    out = {}
-    for case in cases:
-        parsed = _parse(TIMED[case])
-        times = []
-        for _ in range(repeats):
+    parsed = {case: _parse(TIMED[case]) for case in cases}
+    times: dict[str, list[float]] = {case: [] for case in cases}
+    for _ in range(repeats):  # cases take turns
+        for case in cases:
             _forget()
             t0 = time.perf_counter()
-            simulate(parsed, record_events=False)
-            times.append(time.perf_counter() - t0)
-        out[case] = statistics.median(times)
-    return out
+            simulate(parsed[case], record_events=False)
+            times[case].append(time.perf_counter() - t0)
+    return {case: statistics.median(ts) for case, ts in times.items()}
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -126,8 +124,12 @@ def speed(repeats: int, quick: bool) -> tuple[list[dict], bool]:
     old_tree, new_tree = base_tree(), ROOT
     old_cases = ["ds4-geometric-1m"] if quick else list(OLD_CASES)
     new_cases = old_cases + ([] if quick else [c for c in TIMED if c not in OLD_CASES])
-    new = timed_cases(new_tree, new_cases, repeats)
-    old = timed_cases(old_tree, old_cases, repeats)
+    runs: dict[str, dict[str, list[float]]] = {"new": {}, "old": {}}
+    for _ in range(repeats):  # old and new take turns, so a change in the host's load hits both
+        for side, tree, cases in (("new", new_tree, new_cases), ("old", old_tree, old_cases)):
+            for case, seconds in timed_cases(tree, cases, 1).items():
+                runs[side].setdefault(case, []).append(seconds)
+    new, old = ({c: statistics.median(v) for c, v in runs[side].items()} for side in ("new", "old"))
     rows = [{"case": c, "old_s": old.get(c), "new_s": new[c]} for c in new_cases]
     hundred = [scenario(1_000_000, GEOMETRIC, sid=f"s{i}") for i in range(100)]
     distinct = [scenario(1_000_000 + 1000 * i, GEOMETRIC, sid=f"s{i}") for i in range(100)]
