@@ -21,7 +21,7 @@ APP = str(ROOT / "app.py")
 SMALL = {"source": "custom", "prompt": "600", "chunk": "256", "decode": "100"}
 
 
-def run(view: str | None = None, **params: str) -> AppTest:
+def run(view: str | None = "Timeline", **params: str) -> AppTest:
     """Run the app once with URL query parameters; assert it raised nothing."""
     at = AppTest.from_file(APP, default_timeout=120)
     if view:
@@ -48,6 +48,7 @@ def errors(at: AppTest) -> list[str]:
 
 def test_default_view_renders_fast_with_chart_table_and_exports() -> None:
     at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["view"] = "Timeline"  # the KV explorer's first tab ("Will it fit?" opens first)
     start = time.perf_counter()
     at.run()
     first_s = time.perf_counter() - start
@@ -197,6 +198,7 @@ def test_default_view_render_time() -> None:
     for _ in range(5):
         simulate_cached.clear()
         at = AppTest.from_file(APP, default_timeout=120)
+        at.query_params["view"] = "Timeline"
         start = time.perf_counter()
         at.run()
         cold.append(time.perf_counter() - start)

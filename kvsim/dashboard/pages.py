@@ -7,11 +7,12 @@ from typing import Any
 
 import streamlit as st
 
-from kvsim.dashboard import analysis, views
+from kvsim.dashboard import analysis, fit_page, views
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.runner import Runner
 
-VIEWS: tuple[str, ...] = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
+FIT_VIEW = "Will it fit?"
+VIEWS: tuple[str, ...] = (FIT_VIEW, "Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
 REFRESH_S = 1.0  # how often a page with pending simulations looks for finished ones
 
 
@@ -19,19 +20,17 @@ def render(inputs: Inputs) -> None:
     """Show input errors, or the tabs with only the open one computed."""
     for line in inputs.warnings:
         st.warning(line)
-    if inputs.errors:
-        for line in inputs.errors:
-            st.error(line)
-        return
+    for line in inputs.errors:
+        st.error(line)
     tabs = st.tabs(VIEWS, key="view", bind="query-params")
     renderers: list[Any] = [
-        views.render_timeline, analysis.render_sweeps, views.render_layers, analysis.render_calibration,
+        fit_page.render_fit, views.render_timeline, analysis.render_sweeps, views.render_layers, analysis.render_calibration,
         analysis.render_recommend,
     ]
     runner = views.session_runner()
     runner.begin()
     for tab, fn in zip(tabs, renderers):
-        if tab.open:
+        if tab.open and (fn is fit_page.render_fit or not inputs.errors):  # sidebar errors: its tabs only
             with tab:
                 fn(inputs)
     runner.end()  # work for inputs this run no longer shows is stopped

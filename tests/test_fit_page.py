@@ -1,0 +1,82 @@
+"""The "Will it fit?" tab end to end with streamlit's AppTest, the real mlx-lm model classes and kvsim's
+generation engine (a small shipped config, short prompts, so the whole page finishes in seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvsim.dashboard import fit_compute as fc
+from kvsim.dashboard.fit_links import check_links
+from kvsim.generation.config import shipped_names
+from kvsim.generation.devices import DEVICES
+from kvsim.generation.schedule import Workload
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SMALL = {"fit_model": "qwen3-0.6b", "fit_prompt": "2048", "fit_max": "16", "fit_backend": "mlx-metal"}
+"""On the detected machine (the default device), with the Metal profile: the bad-link test's request is the same,
+so its predictions are the ones kept from the first test."""
+
+
+def run(**params: str) -> AppTest:
+    """The app opened on a link with ``params``; it raised nothing."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def verdicts(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if m.value.startswith("#### ")]
+
+
+def test_opens_on_a_verdict_chart_and_search_for_a_shipped_config() -> None:
+    at = run(**SMALL)
+    assert at.tabs[0].label == "Will it fit?"
+    [sentence] = verdicts(at)
+    assert "Qwen3-0.6B at 2K tokens (+16 generated) fits this machine (" in sentence, sentence
+    assert sentence.endswith(" to spare."), sentence
+    assert [w.value for w in at.warning if "mlx-metal is an unverified profile" in w.value]
+    [chart] = at.get("vega_lite_chart")
+    assert "GPU working set" in str(chart.proto.datasets) or "GPU working set" in chart.proto.spec
+    longest = at.dataframe[0].value
+    assert list(longest["policy"]) == list(fc.SEARCH_POLICIES)
+    assert all(v.endswith("K tokens") for v in longest["longest prompt"]), list(longest["longest prompt"])
+
+
+def test_a_bad_link_value_is_an_inline_error_naming_it() -> None:
+    at = run(**{**SMALL, "fit_kv_bits": "7", "fit_device": "mac-9gb"})
+    errors = [e.value for e in at.error]
+    assert any("fit_kv_bits='7'" in e for e in errors), errors
+    assert any("fit_device='mac-9gb'" in e for e in errors), errors
+    assert len(verdicts(at)) == 1, "the rest of the link still answers"
+    assert "this machine" in verdicts(at)[0]
+
+
+def test_check_links_names_each_bad_parameter_and_passes_good_ones() -> None:
+    devices, shipped = [fc.device_label(d) for d in fc.device_choices().values()], shipped_names()
+    good = {"fit_prompt": "131072", "fit_policy": "lowpeak", "fit_device": "H100 (80 GiB)", "fit_repo": "Qwen/Qwen3-8B"}
+    assert check_links(good, devices, shipped) == {}
+    bad = check_links({"fit_prompt": "12k", "fit_max": "0", "fit_policy": "nope", "fit_repo": "x y", "view": "?"},
+                      devices, shipped)
+    assert sorted(bad) == ["fit_max", "fit_policy", "fit_prompt", "fit_repo"]
+    assert "fit_prompt='12k': not a whole number" in bad["fit_prompt"]
+
+
+def test_an_offline_repo_id_or_a_bad_upload_is_one_line() -> None:
+    at = run(fit_source="repo id", fit_repo="no-such-owner-kvsim/no-such-model")
+    lines = [i.value for i in at.info]
+    assert len(lines) == 1 and lines[0].startswith("model:") and "\n" not in lines[0], lines
+    req = fc.FitRequest("c.json", '{"hidden_size": 8}', Workload(2, 1), fc.MLX_LM, "mlx-cpu", DEVICES["h100"])
+    with pytest.raises(fc.ModelConfigError, match="model_type: missing from c.json"):
+        fc.model_config(req)
+
+
+def test_sizes_and_tokens_read_rounded() -> None:
+    assert fc.size(2_254_857_830) == "2.1 GiB" and fc.size(60 << 20) == "60 MiB" and fc.size(150 << 30) == "150 GiB"
+    assert fc.tokens(32768) == "32K" and fc.tokens(131072) == "128K" and fc.tokens(3000) == "3,000"
+    assert fc.device_label(DEVICES["mac-16gb"]) == "16 GB Mac" and fc.device_label(DEVICES["h100"]) == "H100 (80 GiB)"
