@@ -8,6 +8,7 @@ from typing import Any
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.schedule import EvalPeak, Workload, play_generation
+from kvsim.sim.peak_range import point_estimate, profile_range
 from kvsim.sim.profile import load_profile
 
 
@@ -34,6 +35,9 @@ class Prediction:
     peak_offset: int
     """Tokens the caches held when the peaking step ran."""
     evals: tuple[EvalPeak, ...]
+    peak_low_bytes: int | None = None
+    """GPU backends: the low end of the range a run's peak falls in (frees land asynchronously)."""
+    peak_high_bytes: int | None = None
 
     @property
     def transient_bytes(self) -> int:
@@ -49,6 +53,8 @@ class Prediction:
             "peak_bytes": self.peak_bytes, "weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
             "peak_kv_bytes": self.peak_kv_bytes, "transient_bytes": self.transient_bytes,
             "peak_phase": self.peak_phase, "peak_offset": self.peak_offset,
+            **({"peak_low_bytes": self.peak_low_bytes, "peak_high_bytes": self.peak_high_bytes}
+               if self.peak_low_bytes is not None else {}),
         }
 
 
@@ -60,11 +66,27 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
         from policies.mlx import make_prompt_cache
 
         cache = make_prompt_cache(built.model, policy=policy)
-    evals, kv = play_generation(built, workload, load_profile(backend), cache)
+    profile = load_profile(backend)
+    evals, kv = play_generation(built, workload, profile, cache)
     top = max(evals, key=lambda e: e.peak_bytes)
+    peak, low, high = top.peak_bytes, None, None
+    if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
+        ends = [_peak(built, workload, p, policy) for p in
+                (profile.variant("low"), profile.variant("high"), profile.floor_variant())]
+        low, high = (int(x) for x in profile_range(profile, peak, ends[0], ends[1], ends[2]))
+        peak = int(point_estimate(peak, ends[0], ends[1], profile.peak_point_weight))
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,
-                      top.peak_bytes, built.weights_bytes, kv, top.kv_after_bytes, top.phase, top.offset,
-                      tuple(evals))
+                      peak, built.weights_bytes, kv, top.kv_after_bytes, top.phase, top.offset, tuple(evals),
+                      low, high)
+
+
+def _peak(built: BuiltModel, workload: Workload, profile: Any, policy: dict[str, Any] | None) -> int:
+    cache = None
+    if policy is not None:
+        from policies.mlx import make_prompt_cache
+
+        cache = make_prompt_cache(built.model, policy=policy)
+    return max(e.peak_bytes for e in play_generation(built, workload, profile, cache)[0])
 
 
 def predict_model(model: str, workload: Workload, backend: str = "mlx-cpu",

@@ -13,6 +13,7 @@ function's cache would otherwise keep traces made on stand-ins) and restored aft
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,7 +126,9 @@ class Trace:
 
     def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0) -> int:
         moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
-        n = self.graph.op(prim, inputs, out.nbytes, work_bytes=moved + int(flops * self.bytes_per_flop), donors=donors)
+        if flops and math.isfinite(self.bytes_per_flop):
+            moved += int(flops * self.bytes_per_flop)
+        n = self.graph.op(prim, inputs, out.nbytes, work_bytes=moved, donors=donors)
         return self.bind(out, n)
 
     def view(self, src: int, out: mx.array, contiguous: bool) -> int:
