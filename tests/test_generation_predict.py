@@ -81,7 +81,9 @@ def test_cannot_fit_is_a_verdict_with_fixes(capsys):
     assert main(big) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"]["status"] == "over MLX's memory limit" and out["verdict"]["headroom_bytes"] < 0
-    assert out["fixes"] and all(f["peak_bytes"] > 8 << 30 for f in out["fixes"])  # 16 GB of weights: nothing fits
+    fits = {f["flags"] for f in out["fixes"] if f["fits"]}
+    assert fits == {"4-bit weights (mlx_lm.convert -q --q-bits 4)"}  # 16 GB of bf16 weights: only 4-bit ones fit
+    assert out["fixes"][0]["flags"] in fits
 
 
 def test_longest_context_bisects_a_monotone_fit():
