@@ -267,9 +267,9 @@ def _advance(cache: list[Any], t: Trace, rows: int, w: Workload) -> None:
                 continue
             if c.keys is None:
                 raise ValueError("an empty KV cache cannot be advanced untraced")
-            if isinstance(c.keys, (tuple, list)):
-                b, h, _, packed = c.keys[0].shape
-                k = v = mx.zeros((b, h, rows, packed * 32 // c.bits), c.keys[1].dtype)
+            if isinstance(c.keys, (tuple, list)):  # QuantizedKVCache: (packed uint32, scales, biases)
+                k, v = (mx.zeros((*x[0].shape[:2], rows, x[0].shape[3] * 32 // c.bits), x[1].dtype)
+                        for x in (c.keys, c.values))
             else:
                 k = mx.zeros((*c.keys.shape[:2], rows, c.keys.shape[3]), c.keys.dtype)
                 v = mx.zeros((*c.values.shape[:2], rows, c.values.shape[3]), c.values.dtype)
