@@ -57,7 +57,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
             built = build_model(ModelConfig(r["config"], r["name"]))
-            w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"])
+            w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"],
+                         quantized_kv_start=r.get("quantized_kv_start", 5000))
             p = predict(built, w, args.backend)
             err = p.peak_bytes / r["peak_bytes"] - 1
             errors.setdefault(r["split"], []).append(err)

@@ -76,6 +76,7 @@ class Run:
     prefill_step_size: int
     kv_bits: int | None
     max_kv_size: int | None
+    quantized_kv_start: int
     peak_bytes: int
     """``mx.get_peak_memory()`` after the generation (weights included)."""
     weights_bytes: int
@@ -94,7 +95,8 @@ class Run:
 
 
 def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: int, prefill_step_size: int = 2048,
-            kv_bits: int | None = None, max_kv_size: int | None = None, seed: int = 0) -> Run:
+            kv_bits: int | None = None, max_kv_size: int | None = None, seed: int = 0,
+            quantized_kv_start: int = 5000) -> Run:
     """Run one generation as the contract's section 5 measures it."""
     import mlx.core as mx
     import mlx_lm
@@ -116,12 +118,13 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
     cache = make_prompt_cache(model, max_kv_size=max_kv_size)
     start = time.perf_counter()
     for n, _ in enumerate(generate_step(prompt, model, max_tokens=max_tokens, prompt_cache=cache,
-                                        prefill_step_size=prefill_step_size, kv_bits=kv_bits)):
+                                        prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                                        quantized_kv_start=quantized_kv_start)):
         if n + 1 >= max_tokens:
             break
     mx.synchronize()
     seconds = time.perf_counter() - start
-    return Run(name, config, prompt_tokens, max_tokens, prefill_step_size, kv_bits, max_kv_size,
+    return Run(name, config, prompt_tokens, max_tokens, prefill_step_size, kv_bits, max_kv_size, quantized_kv_start,
                peak_bytes=mx.get_peak_memory(), weights_bytes=weights, params_bytes=built.weights_bytes, kv_bytes=sum(c.nbytes for c in cache),
                final_active_bytes=mx.get_active_memory(), cache_bytes=mx.get_cache_memory(), seconds=seconds,
                mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()))
