@@ -35,6 +35,7 @@ LLAMA = {"preset": "llama-3.1-8b"}
 GEOMETRIC = {"name": "geometric", "seed_rows": 4096, "cap": "context", "slack_rows": 2}
 STEP256 = {"name": "step", "step": 256}
 TARGET_RATIO, TARGET_SCALING, TARGET_ERROR = 10.0, 2.0, 1e-3
+ROUNDS = 2  # worker runs per side, taking turns
 
 
 def scenario(decode_tokens: int, policy: dict, model: dict = DS4, sid: str = "s", prompt_tokens: int = 2048) -> dict:
@@ -72,18 +73,21 @@ def _forget() -> None:
     clear()
 
 
-def worker(cases: list[str], repeats: int) -> dict[str, float]:
+def worker(cases: list[str], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each cold simulation (the memo cleared), cases in turn, after one untimed warm-up each."""
     from kvsim.api import simulate
 
     parsed = {case: _parse(TIMED[case]) for case in cases}
     times: dict[str, list[float]] = {case: [] for case in cases}
+    for case in cases:  # imports and one-time loads out of the way
+        simulate(parsed[case], record_events=False)
     for _ in range(repeats):  # cases take turns
         for case in cases:
             _forget()
             t0 = time.perf_counter()
             simulate(parsed[case], record_events=False)
             times[case].append(time.perf_counter() - t0)
-    return {case: statistics.median(ts) for case, ts in times.items()}
+    return times
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -102,7 +106,7 @@ def run_tree(tree: Path, args: list[str], stdin: str | None = None) -> subproces
                           check=False)
 
 
-def timed_cases(tree: Path, cases: list[str], repeats: int) -> dict[str, float]:
+def timed_cases(tree: Path, cases: list[str], repeats: int) -> dict[str, list[float]]:
     done = run_tree(tree, [str(Path(__file__).resolve()), "--worker", *cases, "--repeats", str(repeats)])
     if done.returncode:
         raise RuntimeError(f"worker in {tree} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -125,10 +129,10 @@ def speed(repeats: int, quick: bool) -> tuple[list[dict], bool]:
     old_cases = ["ds4-geometric-1m"] if quick else list(OLD_CASES)
     new_cases = old_cases + ([] if quick else [c for c in TIMED if c not in OLD_CASES])
     runs: dict[str, dict[str, list[float]]] = {"new": {}, "old": {}}
-    for _ in range(repeats):  # old and new take turns, so a change in the host's load hits both
+    for _ in range(ROUNDS):  # old and new take turns, so a change in the host's load hits both
         for side, tree, cases in (("new", new_tree, new_cases), ("old", old_tree, old_cases)):
-            for case, seconds in timed_cases(tree, cases, 1).items():
-                runs[side].setdefault(case, []).append(seconds)
+            for case, samples in timed_cases(tree, cases, repeats).items():
+                runs[side].setdefault(case, []).extend(samples)
     new, old = ({c: statistics.median(v) for c, v in runs[side].items()} for side in ("new", "old"))
     rows = [{"case": c, "old_s": old.get(c), "new_s": new[c]} for c in new_cases]
     hundred = [scenario(1_000_000, GEOMETRIC, sid=f"s{i}") for i in range(100)]
