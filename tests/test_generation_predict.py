@@ -23,12 +23,15 @@ def small(name: str) -> dict:
     return scale_config(load_model_config(name).config, 2, **SMALL)
 
 
-@pytest.mark.parametrize(("name", "prompt", "step", "tokens"), [("qwen3-0.6b", 1000, 512, 40),
-                                                                ("qwen2.5-0.5b-instruct", 700, 256, 300)])
-def test_peak_weights_and_kv_against_a_real_generation(name: str, prompt: int, step: int, tokens: int):
+@pytest.mark.parametrize(("name", "prompt", "step", "tokens", "max_kv"), [
+    ("qwen3-0.6b", 1000, 512, 40, None),
+    ("qwen2.5-0.5b-instruct", 700, 256, 300, None),
+    ("llama-3.2-1b-instruct", 1500, 512, 100, 512),  # --max-kv-size: mlx-lm's RotatingKVCache(keep=4)
+])
+def test_peak_weights_and_kv_against_a_real_generation(name: str, prompt: int, step: int, tokens: int, max_kv):
     cfg = small(name)
-    run = measure(name, cfg, prompt, tokens, step)
-    pred = predict(build_model(ModelConfig(cfg, name)), Workload(prompt, tokens, step), "mlx-cpu")
+    run = measure(name, cfg, prompt, tokens, step, max_kv_size=max_kv)
+    pred = predict(build_model(ModelConfig(cfg, name)), Workload(prompt, tokens, step, max_kv), "mlx-cpu")
     assert pred.weights_bytes == run.params_bytes
     assert pred.kv_bytes == run.kv_bytes
     # a CPU run's transient moves with host load (its worker thread frees late): 10% here, not the 2% target
