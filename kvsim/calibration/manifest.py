@@ -39,10 +39,11 @@ class ManifestError(KvsimError):
 
 
 def measurement_files(data_dir: Path = REPO_DATA_DIR) -> list[Path]:
-    """Every file under ``data_dir`` the manifest lists: all but the manifest, hidden files and ``OWNED_ELSEWHERE``."""
+    """Every file under ``data_dir`` the manifest lists: all but the manifest, hidden files, notes (``*.md``) and
+    ``OWNED_ELSEWHERE``."""
     return sorted(
         p for p in data_dir.rglob("*")
-        if p.is_file() and p.name != MANIFEST_NAME and not p.name.startswith(".")
+        if p.is_file() and p.name != MANIFEST_NAME and not p.name.startswith(".") and p.suffix != ".md"
         and p.relative_to(data_dir).parts[0] not in OWNED_ELSEWHERE
     )
 
