@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -91,7 +91,7 @@ class SimResult:
     scenario_id: Any
     backend: str
     policy: str
-    timeline: tuple[TimelineRun, ...]
+    timeline: Sequence[TimelineRun]  # a tuple, or fast mode's kvsim.sim.timeline.Timeline (runs made when read)
     events: tuple[MemoryEvent, ...]
     summary: Summary
 
