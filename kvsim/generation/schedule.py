@@ -175,8 +175,8 @@ GFLOP/s over 256-8192-row products with MLX 0.32.4); the GPUs' are nominal dense
 
 IN_FLIGHT_TASKS = {"mlx-cpu": 7}
 """Tasks the CPU host keeps in flight in a model's graph, fitted on the train split of
-``data/generation/mlx-cpu-0.32.4`` (27 runs, 9 configs; median |error| 1.5%, max 7.3%; 6: 1.1% / 9.5%, 8: 3.5% /
-6.0%, 10 (MLX's ``MAX_ACTIVE_TASKS``, which the KV workload fits): 6.5% / 10.1%). With 10 the model keeps
+``data/generation/mlx-cpu-0.32.4`` (27 runs, 9 configs; median |error| 1.3%, max 5.6%; 6: 1.7% / 10.2%, 8: 2.3% /
+6.0%, 10 (MLX's ``MAX_ACTIVE_TASKS``, which the KV workload fits): 6.4% / 10.0%). With 10 the model keeps
 the previous layer's attention scores alive while the host dispatches the next layer; real runs on this
 host free them sooner: the worker's matmuls and the host share its two cores."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,7 @@ class Trace:
     evaluated: set[int] = field(default_factory=set)  # nodes an earlier eval computed
     known_leaves: set[int] = field(default_factory=set)  # id() of arrays that are leaves (parameters)
     shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # node -> (shape, dtype) of its array
+    pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     on_eval: Callable[[list[Any]], None] | None = None  # called by mx.eval / mx.async_eval
     depth: int = 0
 
@@ -82,6 +84,13 @@ class Trace:
         except the output of an ``mx.compile``-d function: MLX hands it back as a new Python object, so an
         unknown array of more than a few elements is the latest recorded array of its shape and dtype."""
         n = self.node_of.get(id(a))
+        if n is None and self.pending_args:  # an argument of the compiled function being run
+            for i, (arg_node, shape, dtype) in enumerate(self.pending_args[-1]):
+                if (shape, dtype) == (a.shape, a.dtype):
+                    del self.pending_args[-1][i]
+                    self.keep.append(a)
+                    self.node_of[id(a)] = arg_node
+                    return arg_node
         if n is None and a.size > SMALL_LEAF_ELEMENTS and id(a) not in self.known_leaves:
             n = self._compiled_output(a)
             if n is not None:
@@ -145,6 +154,8 @@ def _arrays(x: Any) -> Iterator[mx.array]:
 
 SMALL_LEAF_ELEMENTS = 64
 """Unknown arrays this small are Python constants (``mx.array(scale)``), never a compiled function's output."""
+COMPILED_MODULES = ("mlx_lm", "mlx.nn", "policies")
+"""Modules whose ``mx.compile``-d functions are wrapped while tracing."""
 COMPILED_LOOKBACK = 256
 """How far back (in nodes) a compiled function's output is looked for."""
 
@@ -250,6 +261,27 @@ def _wrap(t: Trace, name: str, fn: Callable) -> Callable:
     return wrapped
 
 
+def _wrap_compiled(t: Trace, fn: Callable) -> Callable:
+    """An ``mx.compile``-d function, run eagerly (compile is off): MLX hands its Python function new
+    objects for the arguments and returns a new object, so the arguments are matched to their nodes in
+    order of shape and dtype, and the result is bound to the last op that made an array like it."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if t.depth:
+            return fn(*args, **kwargs)
+        ins = [a for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
+        t.pending_args.append([(t.node(a), a.shape, a.dtype) for a in ins])
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            t.pending_args.pop()
+        for o in _arrays(out):
+            t.node(o)
+        return out
+
+    return wrapped
+
+
 def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
     def setitem(a: mx.array, index: Any, value: Any) -> None:
         if t.depth:
@@ -300,6 +332,10 @@ def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0) -> Iter
         if t.on_eval is not None:
             t.on_eval(list(_arrays(args)))
 
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith(COMPILED_MODULES) and m]:
+        for attr, value in list(vars(module).items()):
+            if type(value).__name__ == "_gc_func":
+                patch(module, attr, _wrap_compiled(t, value))
     patch(mx, "eval", evaluate)
     patch(mx, "async_eval", evaluate)
     patch(mx.array, "item", lambda a: (evaluate(a), 0)[1])
