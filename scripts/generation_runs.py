@@ -67,6 +67,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                    "measured_peak_bytes": r["peak_bytes"], "peak_bytes": p.peak_bytes, "error": round(err, 5),
                    "weights_exact": p.weights_bytes == r.get("params_bytes", p.weights_bytes),
                    "kv_exact": p.kv_bytes == r["kv_bytes"]}
+            if p.peak_low_bytes is not None:  # GPU backends: the predicted range
+                row.update(peak_low_bytes=p.peak_low_bytes, peak_high_bytes=p.peak_high_bytes,
+                           in_range=p.peak_low_bytes <= r["peak_bytes"] <= p.peak_high_bytes,
+                           width=round(p.peak_high_bytes / p.peak_low_bytes, 3))
             print(json.dumps(row), flush=True)
     for split, errs in sorted(errors.items()):
         a = [abs(e) for e in errs]
