@@ -108,39 +108,16 @@ def run_eval(
     (``kvsim.sim.sessions``), where concurrency is the point.
     """
     arrays = g.arrays
-    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
-    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
-    buf_of: dict[int, int] = dict(leaf_buffers)
-    pending = [0] * len(arrays)
-    for a in order:
-        for x in arrays[a].inputs:
-            pending[x] += 1
-    for o in g.outputs:
-        arrays[o].py_held = True
-
-    # Completions free their buffers in the order they were queued: their times never decrease (the
-    # device runs the work in order and the lag is one constant), so a FIFO is a priority queue here.
-    frees = state.frees
+    frees = state.frees  # completions free in queue order: their times never decrease, so a FIFO
     start_t = host_t = state.clock_s
-
-    decref = buffers.decref
+    order, buf_of, pending = _prepare(g, leaf_buffers, buffers, profile, host_t)
+    decref, table = buffers.decref, buffers.table
 
     def drain(until: float) -> None:
         while frees and frees[0][0] <= until:  # noqa: SIM113
             t, bids = frees.popleft()
             for b in bids:
                 decref(b, t)
-
-    # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
-    for i, arr in enumerate(arrays):
-        if arr.eager:
-            buf_of[i] = buffers.new(arr.nbytes, host_t, refs=1)
-    reachable = _reachable(g, scheduled)
-    for i, arr in enumerate(arrays):
-        if arr.eager and i not in reachable:
-            buffers.decref(buf_of.pop(i), host_t)
-        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
-            buffers.decref(buf_of.pop(i), host_t)
 
     device_free_t = state.device_free_s
     task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
@@ -150,6 +127,7 @@ def run_eval(
     open_work_s = 0.0
 
     def commit(t: float) -> None:
+        """Close the open GPU command buffer: it runs after the device's last work, then frees what it held."""
         nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s
         if open_ops == 0:
             return
@@ -165,44 +143,24 @@ def run_eval(
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
-    table, new, alloc = buffers.table, buffers.new, buffers.alloc
-    malloc_rate = profile.host_malloc_bytes_per_s
     stall_op = profile.host_stall_op  # analysis only (BackendProfile.host_stall_op); -1 in predictions
     for k, a in enumerate(order):
         arr = arrays[a]
+        # 1. the host reaches the op; completions due by then free their buffers first
         if k == stall_op:  # a busy host: the host thread waits while the worker catches up
             host_t = max(host_t, device_free_t)
         host_t += node_s + arr.kernels * kernel_s
         if frees and frees[0][0] <= host_t:
             drain(host_t)
-        donated = None
+        # 2. its output: a view of its input, a donated input buffer, or a fresh allocation
         if arr.prim in VIEW_PRIMS:
+            donated = None
             buf_of[a] = b = buf_of[arr.inputs[0]]
             table[b].refs += 1
         else:
-            if is_gpu and arr.gpu_temps_bytes:  # the kernels' own temporaries, freed with the command buffer
-                open_held.extend(new(n, host_t, refs=1) for n in arr.gpu_temps_bytes)
-            for sib in arr.siblings:  # other outputs of a multi-output primitive
-                buf_of[sib] = new(arrays[sib].nbytes, host_t, arrays[sib].label, 1)
-            for pos in arr.donors:
-                x = arr.inputs[pos]
-                b = buf_of.get(x)
-                if b is None or pending[x] != 1 or arrays[x].py_held:
-                    continue
-                buf = table[b]
-                if buf.refs == 1 and donatable(buf.length_bytes, arr.nbytes):
-                    donated = b
-                    break
-            if donated is not None:
-                buf_of[a] = donated
-                buf = table[donated]
-                buf.refs += 1
-                if arr.label is not None and buf.label is None:
-                    buf.label = arr.label
-            else:
-                buf_of[a] = new(arr.nbytes, host_t, arr.label, 1)
-                if malloc_rate and alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
-                    host_t += alloc.fresh_bytes / malloc_rate
+            donated, host_t = _output_buffer(a, arrays, buf_of, pending, buffers, profile, host_t,
+                                             open_held if is_gpu else None)
+        # 3. the work holds its inputs until it completes: a CPU task, or the open GPU command buffer
         held = []
         for x in arr.inputs:
             b = buf_of.get(x)
@@ -226,7 +184,7 @@ def run_eval(
             boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
             if boundaries:  # a task completes with its 10th dispatch
                 task_ends.extend([device_free_t] * boundaries)
-        # MLX waits while more than max_active_tasks are in flight (transforms.cpp).
+        # 4. MLX waits while more than max_active_tasks are in flight (transforms.cpp)
         while task_ends and task_ends[0] <= host_t:
             task_ends.popleft()
         if len(task_ends) > max_tasks:
@@ -234,12 +192,94 @@ def run_eval(
                 commit(host_t)
             host_t = task_ends.popleft()
             drain(host_t)
-        for x in arr.inputs:  # detach: an input no later op reads loses this reference
+        # 5. detach: an input no later op reads loses this reference
+        for x in arr.inputs:
             pending[x] -= 1
             if pending[x] == 0 and not arrays[x].py_held and x in buf_of:
                 decref(buf_of.pop(x), host_t)
-    if profile.is_gpu:
+    if is_gpu:
         commit(host_t)
+    end_t = _finish(g, buf_of, buffers, state, host_t, device_free_t, drain, synchronize)
+    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
+
+
+def _prepare(
+    g: StepGraph, leaf_buffers: dict[int, int], buffers: Buffers, profile: BackendProfile, host_t: float
+) -> tuple[list[int], dict[int, int], list[int]]:
+    """MLX's tape order, each array's buffer so far, and how many scheduled ops read each array.
+
+    Eager scalars were allocated while Python built the graph; those no op reaches are dropped at once, as are
+    unreachable arrays that Python does not hold.
+    """
+    arrays = g.arrays
+    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
+    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
+    buf_of: dict[int, int] = dict(leaf_buffers)
+    pending = [0] * len(arrays)
+    for a in order:
+        for x in arrays[a].inputs:
+            pending[x] += 1
+    for o in g.outputs:
+        arrays[o].py_held = True
+    for i, arr in enumerate(arrays):
+        if arr.eager:
+            buf_of[i] = buffers.new(arr.nbytes, host_t, refs=1)
+    reachable = _reachable(g, scheduled)
+    for i, arr in enumerate(arrays):
+        if arr.eager and i not in reachable:
+            buffers.decref(buf_of.pop(i), host_t)
+        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
+            buffers.decref(buf_of.pop(i), host_t)
+    return order, buf_of, pending
+
+
+def _output_buffer(
+    a: int, arrays: list, buf_of: dict[int, int], pending: list[int], buffers: Buffers, profile: BackendProfile,
+    host_t: float, open_held: list[int] | None,
+) -> tuple[int | None, float]:
+    """Give op ``a`` its output buffer; return the donated input buffer (or ``None``) and the host's time.
+
+    A GPU op first takes its kernels' own temporaries (held by the open command buffer, ``open_held``) and
+    its siblings' buffers. It may take an input's buffer when that input has no other reader and the sizes fit
+    (MLX's ``is_donatable``); else it allocates, and a system allocation costs host time.
+    """
+    arr = arrays[a]
+    new, table = buffers.new, buffers.table
+    if open_held is not None and arr.gpu_temps_bytes:  # freed with the command buffer
+        open_held.extend(new(n, host_t, refs=1) for n in arr.gpu_temps_bytes)
+    for sib in arr.siblings:  # other outputs of a multi-output primitive
+        buf_of[sib] = new(arrays[sib].nbytes, host_t, arrays[sib].label, 1)
+    donated = None
+    for pos in arr.donors:
+        x = arr.inputs[pos]
+        b = buf_of.get(x)
+        if b is None or pending[x] != 1 or arrays[x].py_held:
+            continue
+        buf = table[b]
+        if buf.refs == 1 and donatable(buf.length_bytes, arr.nbytes):
+            donated = b
+            break
+    if donated is not None:
+        buf_of[a] = donated
+        buf = table[donated]
+        buf.refs += 1
+        if arr.label is not None and buf.label is None:
+            buf.label = arr.label
+        return donated, host_t
+    buf_of[a] = new(arr.nbytes, host_t, arr.label, 1)
+    malloc_rate = profile.host_malloc_bytes_per_s
+    if malloc_rate and buffers.alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
+        host_t += buffers.alloc.fresh_bytes / malloc_rate
+    return None, host_t
+
+
+def _finish(
+    g: StepGraph, buf_of: dict[int, int], buffers: Buffers, state: EvalState, host_t: float, device_free_t: float,
+    drain: Callable[[float], None], synchronize: bool,
+) -> float:
+    """End the eval: with ``mx.synchronize()`` every free lands; a bare ``mx.eval`` returns when the device is
+    done, leaving late frees pending. Arrays Python does not hold are released. Returns the end time."""
+    frees = state.frees
     if synchronize:
         end_t = max(host_t, device_free_t, frees[-1][0] if frees else host_t)
         drain(float("inf"))
@@ -249,9 +289,9 @@ def run_eval(
         drain(end_t)
         state.clock_s, state.device_free_s = end_t, device_free_t
     for x in list(buf_of):
-        if not arrays[x].py_held:
+        if not g.arrays[x].py_held:
             buffers.decref(buf_of.pop(x), end_t)
-    return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
+    return end_t
 
 
 def _reachable(g: StepGraph, scheduled: set[int]) -> set[int]:
