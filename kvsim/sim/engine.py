@@ -50,6 +50,18 @@ class StepOutcome:
     copied_bytes: int
 
 
+@dataclass(slots=True)
+class _StepBuild:
+    """A step's graph while it is built: its leaves' buffers, the input pools, the layers written."""
+
+    graph: StepGraph
+    leaf_buffers: dict[int, int] = field(default_factory=dict)
+    pools: dict[tuple[int, int, str], int] = field(default_factory=dict)  # (heads, dim, dtype) -> pool leaf
+    written: list[tuple[int, LayerState, Growth | None, int]] = field(default_factory=list)
+    copied_bytes: int = 0
+    grew: bool = False
+
+
 class Engine:
     """Runs one scenario on one backend profile."""
 
@@ -104,72 +116,77 @@ class Engine:
 
     def step(self, start: int, n: int) -> StepOutcome:
         """Build and evaluate one step's graph; update the layers' state."""
-        w, consumer = self.scenario.workload, self.scenario.consumer
         for bid in self.prev_outputs:  # `outs = []` drops last step's outputs
             self.buffers.decref(bid, 0.0)
         self.prev_outputs = []
         self.alloc.reset_peak()
-        g = StepGraph()
-        leaf_buffers: dict[int, int] = {}
-        pools: dict[tuple[int, int, str], int] = {}
-        written: list[tuple[int, LayerState, Growth | None, int]] = []
-        copied, grew = 0, False
+        build = _StepBuild(StepGraph())
         self.barrier_s, self.barrier_arrays = 0.0, 0
         for i, (st, rows, growth) in enumerate(self.plan(start, n)):
-            if rows == 0 and st.held_rows == 0:
-                continue
-            lay = st.spec
-            key = (lay.kv_heads, lay.head_dim, lay.dtype)
-            if key not in pools:
-                pools[key] = g.leaf(0, self.pool_buffers[key])
-                leaf_buffers[pools[key]] = self.pool_buffers[key]
-                self.buffers.incref(self.pool_buffers[key])
-            if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
-                copied += self.grow_at_barrier(i, st, growth)
+            if rows or st.held_rows:
+                self._add_layer(build, i, st, rows, growth)
+        held, seconds = self._evaluate(build)
+        self._store(build, held)
+        self.prev_outputs = [held[o] for o in build.graph.outputs]
+        self.bytes_copied += build.copied_bytes
+        return StepOutcome(
+            self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, build.grew,
+            build.copied_bytes,
+        )
+
+    def _add_layer(self, build: _StepBuild, i: int, st: LayerState, rows: int, growth: Growth | None) -> None:
+        """One layer's part of the step graph: its update (or fetch) and the consumer's read."""
+        g, w, lay = build.graph, self.scenario.workload, st.spec
+        key = (lay.kv_heads, lay.head_dim, lay.dtype)
+        if key not in build.pools:
+            build.pools[key] = g.leaf(0, self.pool_buffers[key])
+            build.leaf_buffers[build.pools[key]] = self.pool_buffers[key]
+            self.buffers.incref(self.pool_buffers[key])
+        if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
+            build.copied_bytes += self.grow_at_barrier(i, st, growth)
+            self.grow_events += 1
+            build.grew, growth = True, None
+        ls = LayerStep(
+            index=i, rows=rows, held_rows=st.held_rows, capacity_rows=st.capacity_rows, growth=growth,
+            pool_rows=w.prefill_chunk, pool=build.pools[key], k_itemsize_bytes=lay.itemsize_bytes,
+            q_row_bytes=lay.row_bytes * w.batch, batch_heads=lay.kv_heads * w.batch, dtype=lay.dtype,
+        )
+        in_place = growth is not None and growth.mechanism is Mechanism.IN_PLACE
+        old: dict[str, int] = {}
+        for c in st.components:
+            if c.name in st.buffers:  # held by Python unless this step replaces it (a paged block stays)
+                held_on = rows == 0 or in_place
+                old[c.name] = g.leaf(st.buffer_rows * c.row_bytes, st.buffers[c.name], py_held=held_on)
+                build.leaf_buffers[old[c.name]] = st.buffers[c.name]
+        fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
+        capacity = growth.capacity_rows if growth is not None else st.capacity_rows
+        returned_rows = min(st.held_rows + rows, capacity)  # a rotating cache returns at most its buffer
+        g.outputs.append(read(g, ls, st.components, fetched, self.scenario.consumer, returned_rows,
+                              self.profile.sdpa_kernels, self.workspace))
+        if rows:
+            build.written.append((i, st, growth, rows))
+            if growth is not None and growth.mechanism is not Mechanism.FRESH:
                 self.grow_events += 1
-                grew, growth = True, None
-            ls = LayerStep(
-                index=i,
-                rows=rows,
-                held_rows=st.held_rows,
-                capacity_rows=st.capacity_rows,
-                growth=growth,
-                pool_rows=w.prefill_chunk,
-                pool=pools[key],
-                k_itemsize_bytes=lay.itemsize_bytes,
-                q_row_bytes=lay.row_bytes * w.batch,
-                batch_heads=lay.kv_heads * w.batch,
-                dtype=lay.dtype,
-            )
-            in_place = growth is not None and growth.mechanism is Mechanism.IN_PLACE
-            old: dict[str, int] = {}
-            for c in st.components:
-                if c.name in st.buffers:  # held by Python unless this step replaces it (a paged block stays)
-                    held_on = rows == 0 or in_place
-                    old[c.name] = g.leaf(st.buffer_rows * c.row_bytes, st.buffers[c.name], py_held=held_on)
-                    leaf_buffers[old[c.name]] = st.buffers[c.name]
-            fetched = update(g, ls, st.components, old) if rows else fetch_held(g, ls, old)
-            capacity = growth.capacity_rows if growth is not None else st.capacity_rows
-            returned_rows = min(st.held_rows + rows, capacity)  # a rotating cache returns at most its buffer
-            g.outputs.append(read(g, ls, st.components, fetched, consumer, returned_rows, self.profile.sdpa_kernels,
-                                  self.workspace))
-            if rows:
-                written.append((i, st, growth, rows))
-                if growth is not None and growth.mechanism is not Mechanism.FRESH:
-                    self.grow_events += 1
-                    grew = True
-                    if not in_place:
-                        copied += sum(growth.kept_rows * c.row_bytes for c in st.components)
-        barrier_s = self.barrier_s
+                build.grew = True
+                if not in_place:
+                    build.copied_bytes += sum(growth.kept_rows * c.row_bytes for c in st.components)
+
+    def _evaluate(self, build: _StepBuild) -> tuple[dict[int, int], float]:
+        """The step's ``mx.eval``: Python-held arrays' buffers and the step's seconds (barriers included)."""
+        p, g = self.profile, build.graph
         if self.barrier_arrays:  # the step's own mx.eval follows its last barrier after the same host time
-            self.eval_state.clock_s += self.profile.host_eval_call_s
-        held, main_s = run_eval(g, leaf_buffers, self.buffers, self.profile, self.eval_state)
-        p = self.profile
-        seconds = (barrier_s + main_s) * p.eval_time_scale + (len(g.arrays) + self.barrier_arrays) * p.python_array_s
-        for leaf in pools.values():  # the graph's pool leaves took a reference each
+            self.eval_state.clock_s += p.host_eval_call_s
+        held, main_s = run_eval(g, build.leaf_buffers, self.buffers, p, self.eval_state)
+        seconds = (self.barrier_s + main_s) * p.eval_time_scale + (len(g.arrays) + self.barrier_arrays) * p.python_array_s
+        for leaf in build.pools.values():  # the graph's pool leaves took a reference each
             self.buffers.decref(held.pop(leaf), seconds)
+        return held, seconds
+
+    def _store(self, build: _StepBuild, held: dict[int, int]) -> None:
+        """The caches' new state: each written layer's capacity, rows and buffers."""
+        g = build.graph
         by_label = {g.arrays[a].label: b for a, b in held.items() if g.arrays[a].label is not None}
-        for index, st, growth, rows in written:
+        for index, st, growth, rows in build.written:
             if growth is not None:
                 st.buffer_rows = growth.capacity_rows
                 if growth.mechanism is Mechanism.IN_PLACE:
@@ -179,11 +196,6 @@ class Engine:
             st.held_rows = min(st.held_rows + rows, st.capacity_rows)
             for c in st.components:
                 st.buffers[c.name] = by_label[(index, c.name)]
-        self.prev_outputs = [held[o] for o in g.outputs]
-        self.bytes_copied += copied
-        return StepOutcome(
-            self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, grew, copied
-        )
 
     def grow_at_barrier(self, index: int, st: LayerState, growth: Growth) -> int:
         """lowpeak: each buffer's ``concat([prefix, zeros])`` evaluated alone (``mx.eval``), in
