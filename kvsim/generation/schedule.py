@@ -173,18 +173,12 @@ MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}
 GFLOP/s over 256-8192-row products with MLX 0.32.4); the GPUs' are nominal dense half-precision rates."""
 
 
-IN_FLIGHT_TASKS = {"mlx-cpu": 7}
-"""Tasks the CPU host keeps in flight in a model's graph, fitted on the train split of
-``data/generation/mlx-cpu-0.32.4`` (27 runs, 9 configs; median |error| 1.3%, max 5.6%; 6: 1.7% / 10.2%, 8: 2.3% /
-6.0%, 10 (MLX's ``MAX_ACTIVE_TASKS``, which the KV workload fits): 6.4% / 10.0%). With 10 the model keeps
-the previous layer's attention scores alive while the host dispatches the next layer; real runs on this
-host free them sooner: the worker's matmuls and the host share its two cores."""
-
-
 def generation_profile(profile: BackendProfile) -> BackendProfile:
-    """``profile`` with the fitted in-flight task count of whole-model graphs, where one is fitted."""
-    tasks = IN_FLIGHT_TASKS.get(profile.name)
-    return profile if tasks is None else replace(profile, max_active_tasks=tasks)
+    """``profile`` with its fitted in-flight task count of whole-model graphs (``model_max_active_tasks``),
+    where it sets one: ``kvsim/data/profiles/<backend>.json``, fitted on the train split of
+    ``data/generation/<backend>-<mlx version>`` (``docs/generation.md``)."""
+    tasks = profile.model_max_active_tasks
+    return replace(profile, max_active_tasks=tasks) if tasks > 0 else profile
 
 
 def matmul_flops_per_s(profile: BackendProfile) -> float:

@@ -50,6 +50,11 @@ class BackendProfile:
     The range's low end stays at or above ``1 - range_floor_margin`` of the structural floor, the peak
     when every command buffer frees its inputs the moment it is committed (``floor_variant``; 1: no floor).
 
+    Whole-model graphs (``kvsim generate``, fitted on the train split of ``data/generation/<backend>``):
+    ``model_max_active_tasks`` replaces ``max_active_tasks`` while a model's step is played (0: no
+    replacement). Real runs free a model's activations sooner than the KV workload's fit predicts: the host
+    runs fewer tasks (CPU) or command buffers (GPU) ahead of the device (``kvsim.generation.schedule``).
+
     Load (CPU, fitted): the event model plays a quiet host, whose host thread runs ahead of the worker.
     On a busy host the host thread is descheduled while the worker completes the tasks in flight and
     frees their inputs, so a run peaks lower. ``load_transient_share`` is the share of each step's
@@ -96,6 +101,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
+    model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight, fitted; 0: max_active_tasks
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
