@@ -1,0 +1,41 @@
+"""kvsim generate's CUDA point and range against the lead's real H200 generations (MLX 0.32.4, mlx-lm 0.32.2).
+
+One shipped run per split is predicted (full-size models take seconds each): each must fall inside its
+predicted range, the range at most 1.35x wide (issue #17), and the point within the largest error
+``docs/generation.md`` reports for the split's runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvsim.core.paths import REPO_DATA_DIR
+from kvsim.generation.config import ModelConfig
+from kvsim.generation.model import build_model
+from kvsim.generation.predict import predict
+from kvsim.generation.schedule import Workload
+
+RUNS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4"
+SAMPLE = [("train", "gemma-3-1b-it", 8192, 0.09), ("validation", "llama-3.1-8b-instruct", 1024, 0.09),
+          ("heldout", "lfm2-1.2b", 1024, 0.14)]
+"""(split, config, prompt tokens, largest |point error| of the split in docs/generation.md)."""
+
+
+def _run(split: str, name: str, prompt_tokens: int) -> dict:
+    rows = [json.loads(line) for line in (RUNS / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    return next(r for r in rows if r["name"] == name and r["prompt_tokens"] == prompt_tokens)
+
+
+@pytest.mark.parametrize(("split", "name", "prompt_tokens", "max_error"), SAMPLE)
+def test_cuda_run_inside_its_range_and_near_the_point(split: str, name: str, prompt_tokens: int, max_error: float):
+    r = _run(split, name, prompt_tokens)
+    built = build_model(ModelConfig(r["config"], r["name"]))
+    w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"])
+    p = predict(built, w, "mlx-cuda")
+    assert p.weights_bytes == r["params_bytes"] and p.kv_bytes == r["kv_bytes"]
+    assert p.peak_low_bytes is not None and p.peak_high_bytes is not None
+    assert p.peak_low_bytes <= r["peak_bytes"] <= p.peak_high_bytes
+    assert p.peak_high_bytes / p.peak_low_bytes <= 1.35
+    assert abs(p.peak_bytes / r["peak_bytes"] - 1) <= max_error
