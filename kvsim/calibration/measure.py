@@ -99,11 +99,13 @@ def reference_cache(scenario: Scenario, layer_index: int) -> Any:
     if window is not None:
         return lm_cache.RotatingKVCache(max_size=window, keep=0) if lm_cache is not None else kvsim_cache(scenario, layer_index)
     if lm_cache is not None and policy["name"] == "step":
-        lm_cache.KVCache.step = policy.get("step", 256)
-        return lm_cache.KVCache()
+        cache = lm_cache.KVCache()
+        cache.step = policy.get("step", 256)  # the instance's, not the class's: other KVCaches keep 256
+        return cache
     if lm_cache is not None and policy["name"] == "quantized":
-        lm_cache.QuantizedKVCache.step = policy.get("step", 256)
-        return lm_cache.QuantizedKVCache(group_size=policy.get("group_size", 64), bits=policy.get("bits", 8))
+        cache = lm_cache.QuantizedKVCache(group_size=policy.get("group_size", 64), bits=policy.get("bits", 8))
+        cache.step = policy.get("step", 256)
+        return cache
     return kvsim_cache(scenario, layer_index)
 
 
