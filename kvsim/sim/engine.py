@@ -318,17 +318,21 @@ class Engine:
         for st in self.layers:
             st.held_rows = min(st.spec.rows_after(token), st.capacity_rows) if st.capacity_rows else 0
 
-    def run(self, env: simpy.Environment):  # noqa: ANN201 - a simpy process
-        """The generation as a simpy process: prefill chunks, then decode in bulk runs."""
-        w = self.scenario.workload
+    def prefill(self, env: simpy.Environment):  # noqa: ANN201 - part of a simpy process
+        """The prompt's chunks, one step each; returns the tokens fed (``start = yield from self.prefill(env)``)."""
         start = 0
-        for n in w.prefill_tokens():
+        for n in self.scenario.workload.prefill_tokens():
             out = self.step(start, n)
             self.add_run(start, 1, n, out)
             (self.growth_s if out.grew else self.decode_s).append(out.seconds)
             yield env.timeout(out.seconds)
             start += n
-        end = w.total_tokens
+        return start
+
+    def run(self, env: simpy.Environment):  # noqa: ANN201 - a simpy process
+        """The generation as a simpy process: prefill chunks, then decode in bulk runs."""
+        start = yield from self.prefill(env)
+        end = self.scenario.workload.total_tokens
         while start < end:
             grow_at = self.next_growth_token(start)
             if grow_at > start:

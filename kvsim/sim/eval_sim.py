@@ -110,7 +110,7 @@ def run_eval(
     arrays = g.arrays
     frees = state.frees  # completions free in queue order: their times never decrease, so a FIFO
     start_t = host_t = state.clock_s
-    order, buf_of, pending = _prepare(g, leaf_buffers, buffers, profile, host_t)
+    order, buf_of, pending = prepare(g, leaf_buffers, buffers, profile, host_t)
     decref, table = buffers.decref, buffers.table
 
     def drain(until: float) -> None:
@@ -203,7 +203,7 @@ def run_eval(
     return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
 
 
-def _prepare(
+def prepare(
     g: StepGraph, leaf_buffers: dict[int, int], buffers: Buffers, profile: BackendProfile, host_t: float
 ) -> tuple[list[int], dict[int, int], list[int]]:
     """MLX's tape order, each array's buffer so far, and how many scheduled ops read each array.

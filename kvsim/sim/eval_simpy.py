@@ -26,10 +26,9 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
-from kvsim.sim.eval_sim import Buffers, EvalState, _reachable, donatable
+from kvsim.sim.eval_sim import Buffers, EvalState, donatable, prepare
 from kvsim.sim.graph import VIEW_PRIMS, StepGraph
 from kvsim.sim.profile import BackendProfile
-from kvsim.sim.tape import execution_order
 
 
 class Clock(simpy.Environment):
@@ -212,28 +211,9 @@ def run_eval(
 ) -> tuple[dict[int, int], float]:
     """``kvsim.sim.eval_sim.run_eval`` under simpy: same arguments, same results."""
     arrays = g.arrays
-    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
-    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
-    buf_of: dict[int, int] = dict(leaf_buffers)
-    pending = [0] * len(arrays)
-    for a in order:
-        for x in arrays[a].inputs:
-            pending[x] += 1
-    for o in g.outputs:
-        arrays[o].py_held = True
     start_t = state.clock_s
     env = Clock(initial_time=start_t)
-
-    # Eager scalars: allocated while Python builds the graph; unused ones are dropped at once.
-    for i, arr in enumerate(arrays):
-        if arr.eager:
-            buf_of[i] = buffers.new(arr.nbytes, start_t, refs=1)
-    reachable = _reachable(g, scheduled)
-    for i, arr in enumerate(arrays):
-        if arr.eager and i not in reachable:
-            buffers.decref(buf_of.pop(i), start_t)
-        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
-            buffers.decref(buf_of.pop(i), start_t)
+    order, buf_of, pending = prepare(g, leaf_buffers, buffers, profile, start_t)  # the same tape and readers
 
     # ---- run: the host and the device; frees an earlier eval left pending fire in their turn
     run = _EvalRun(env, g, order, buf_of, pending, buffers, profile, state)

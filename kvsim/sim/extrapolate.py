@@ -209,15 +209,8 @@ class FastEngine(Engine):
         alloc.malloc, alloc.free = logged_malloc, logged_free
 
     def run(self, env):  # noqa: ANN001, ANN201 - a simpy process, as Engine.run
-        w = self.scenario.workload
-        start = 0
-        for n in w.prefill_tokens():
-            out = self.step(start, n)
-            self.add_run(start, 1, n, out)
-            (self.growth_s if out.grew else self.decode_s).append(out.seconds)
-            yield env.timeout(out.seconds)
-            start += n
-        end = w.total_tokens
+        start = yield from self.prefill(env)
+        end = self.scenario.workload.total_tokens
         self._boundaries: list[Boundary] = [self._boundary(start)]
         self._by_structure: dict[tuple, list[int]] = {self._boundaries[0].structure: [0]}
         self._quiet_until = 0  # no jump is tried before this many boundaries (after a failed one)
