@@ -15,7 +15,7 @@ from kvsim.scenario.presets import MODELS_DIR, PRESET_NAMES, load_preset
 
 # name: (KV-cache layers, window layers, window rows, K+V bytes per token of the growing layers)
 DOCUMENTED = {
-    "deepseek-v4-flash": (41, 0, None, 2 * (21 * 1024 / 4 + 20 * 1024 / 128) + 21 * 512 / 4),
+    "deepseek-v4-flash": (41, 0, None, 21 * 1536 / 4 + 20 * 1024 / 128),  # ds4: one latent + the ratio-4 indexer
     "llama-3.1-8b": (32, 0, None, 131_072),
     "qwen3.5-122b-a10b": (12, 0, None, 24_576),
     "gpt-oss-20b": (24, 12, 128, 24_576),

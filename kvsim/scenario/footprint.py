@@ -1,8 +1,8 @@
 """Provisioned KV-cache bytes: replay a growth policy over a workload's steps (pure, no MLX).
 
 The bytes counted are the capacity each layer's buffers hold after the last step (what
-an allocator has handed out), not the rows written. ``kv_buffers=2`` counts separate K
-and V buffers (MLX caches); ``kv_buffers=1`` one shared latent (ds4's native layout).
+an allocator has handed out), not the rows written. By default each layer holds the buffers the model
+says (``ModelSpec.kv_buffers``: K and V, or ds4's shared latent); ``kv_buffers`` overrides it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def provisioned_bytes_for_steps(
     step_tokens: Sequence[int],
     *,
     context_tokens: int | None = None,
-    kv_buffers: int = 2,
+    kv_buffers: int | None = None,
     include_extra: bool = True,
     batch: int = 1,
     rotate_windows: bool = True,
@@ -89,7 +89,7 @@ def provisioned_bytes_for_steps(
         step_tokens: Tokens of each step in order.
         context_tokens: Context used by ``full`` and ``cap: "context"`` unless the policy
             names its own; defaults to the tokens fed.
-        kv_buffers: 2 for separate K and V buffers, 1 for a shared latent.
+        kv_buffers: 2 for separate K and V buffers, 1 for a shared latent; default the model's.
         include_extra: Count each layer's ``extra_row_bytes`` (ds4's indexer rows).
         batch: Sequences per buffer (B); bytes scale linearly.
         rotate_windows: Sliding-window layers use mlx-lm's rotating cache.
@@ -98,6 +98,7 @@ def provisioned_bytes_for_steps(
         PolicyError: if ``policy_dict`` is invalid.
         ValueError: if ``kv_buffers`` is not 1 or 2 or ``batch < 1``.
     """
+    kv_buffers = model.kv_buffers if kv_buffers is None else kv_buffers
     if kv_buffers not in (1, 2):
         raise ValueError(f"kv_buffers: must be 1 or 2, got {kv_buffers!r}")
     if batch < 1:
@@ -122,7 +123,7 @@ def provisioned_bytes(
     *,
     step_tokens: int | None = None,
     context_tokens: int | None = None,
-    kv_buffers: int = 2,
+    kv_buffers: int | None = None,
     include_extra: bool = True,
     batch: int = 1,
     rotate_windows: bool = True,
@@ -143,15 +144,17 @@ def provisioned_bytes(
     )
 
 
-def full_bytes_per_token(model: ModelSpec, *, kv_buffers: int = 2, include_extra: bool = True) -> float:
+def full_bytes_per_token(model: ModelSpec, *, kv_buffers: int | None = None, include_extra: bool = True) -> float:
     """Bytes one token of context adds across the layers without a window (batch 1)."""
     return sum(
-        (kv_buffers * lay.row_bytes + (lay.extra_row_bytes if include_extra else 0)) / lay.ratio
+        ((model.kv_buffers if kv_buffers is None else kv_buffers) * lay.row_bytes
+         + (lay.extra_row_bytes if include_extra else 0)) / lay.ratio
         for lay in model.layers
         if lay.window_rows is None
     )
 
 
-def window_bytes(model: ModelSpec, *, kv_buffers: int = 2) -> int:
+def window_bytes(model: ModelSpec, *, kv_buffers: int | None = None) -> int:
     """Bytes the sliding-window layers hold once full (``window_rows`` each, batch 1)."""
-    return sum(kv_buffers * lay.row_bytes * lay.window_rows for lay in model.layers if lay.window_rows is not None)
+    n = model.kv_buffers if kv_buffers is None else kv_buffers
+    return sum(n * lay.row_bytes * lay.window_rows for lay in model.layers if lay.window_rows is not None)
