@@ -1,4 +1,4 @@
-"""Test-wide settings: hypothesis checks properties, not speed (benchmarks live in scripts/ and are
+"""Test-wide settings: hypothesis checks properties, not speed (benchmarks live in docs/tools/ and are
 marked ``benchmark``), so no example has a deadline: a loaded CI machine must not fail a correct test."""
 
 import os

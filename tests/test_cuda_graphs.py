@@ -1,7 +1,7 @@
 """The simulator's CUDA command buffers against the graphs MLX-CUDA really committed on an H200.
 
 ``data/probes/*-graphs-probe.jsonl`` holds, for calibration scenarios, the node count of every CUDA
-graph each step committed (``scripts/device_probe.py graphs``, from ``MLX_SAVE_CUDA_GRAPHS_DOT_FILE``).
+graph each step committed (``docs/tools/device/device_probe.py graphs``, from ``MLX_SAVE_CUDA_GRAPHS_DOT_FILE``).
 A command buffer commits once it holds more than ``commit_ops`` nodes, and its inputs are freed
 when it completes: the boundaries decide which buffers a growth step still holds. The model's
 graphs must commit the same nodes, graph for graph, in every step it plays in full (the prefill

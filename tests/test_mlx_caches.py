@@ -294,7 +294,7 @@ def test_bench_policies_quick_smoke(tmp_path: Any) -> None:
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_policies.py"
+    script = Path(__file__).resolve().parent.parent / "docs" / "tools" / "bench_policies.py"
     done = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = tmp_path.glob("mlx-*-mlx*-*-quick.json")

@@ -147,7 +147,7 @@ def simulated_stack_peak_bytes(rec: dict, table: WorkspaceTable) -> int:
 
 def test_workspaces_of_one_command_buffer_add_up(table: WorkspaceTable) -> None:
     """N matmuls evaluated together peak at N x (output + workspace) on the H200, N = 1..32
-    (``scripts/device_probe.py workspace-stack``): each holds its own workspace until the command
+    (``docs/tools/device/device_probe.py workspace-stack``): each holds its own workspace until the command
     buffer completes. The model holds them the same way: within 7% (the lookup's error for one op;
     exact where the shape was measured)."""
     records = [json.loads(line) for line in STACKED.read_text().splitlines()]

@@ -82,7 +82,7 @@ def _other_entry(path: Path, rel: Path) -> dict[str, Any]:
     named = _NAME.match(path.name)
     if role is None or named is None:
         raise ManifestError(f"{rel}: not a calibration file, and neither in {sorted(FOLDER_ROLES)} nor named <backend>-<mlx>-<yyyymmdd>")
-    if path.suffix == ".json":  # one document: scripts/bench_policies.py and its probes
+    if path.suffix == ".json":  # one document: docs/tools/bench_policies.py and its probes
         doc = json.loads(path.read_text(encoding="utf-8"))
         info, count = doc.get("device_info", doc.get("device")), len(doc.get("runs", []))
     else:  # JSONL, one probe record a line

@@ -20,7 +20,7 @@ device), so a free landing before or after a malloc is only checked at the ends;
 whose contents never repeat (CUDA's, which keeps every old buffer) or whose size order keeps
 changing (ds4's ratio-128 layers under ``step``) gives no cycle, and the run is played in full.
 ``simulate(exact=True)`` is the op-by-op reference; ``tests/test_extrapolate.py`` and
-``scripts/bench_speed.py`` compare the two.
+``docs/tools/bench_speed.py`` compare the two.
 """
 
 from __future__ import annotations

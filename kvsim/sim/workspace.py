@@ -6,7 +6,7 @@ algorithm names from its own allocator, held until the command buffer completes
 ``mlx/backend/cuda/utils.cpp``). The size is cuBLAS's choice: split-K partials, up to 31.7 MiB at
 attention shapes on an H200 (MLX caps it at 32 MiB on Hopper), and it turns on the row pitch (rows
 of keys not a multiple of 8 take other kernels). MLX's source cannot give it, so kvsim reads it from probes
-(``scripts/device_probe.py workspace``, ``workspace-align`` and ``workspace-random``): the measured
+(``docs/tools/device/device_probe.py workspace``, ``workspace-align`` and ``workspace-random``): the measured
 shape of the same op, dtype and row-pitch alignment nearest in log rows. cuBLAS's choice jumps
 between neighbouring shapes: built from the grids and half of 40,000 shapes drawn at random, the
 lookup misses the other half's workspaces by 18-19% of their total, and their total by under 1%

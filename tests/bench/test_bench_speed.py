@@ -1,4 +1,4 @@
-"""Issue #19's speed targets, measured side by side with the release at 59093ae (``scripts/bench_speed.py``)."""
+"""Issue #19's speed targets, measured side by side with the release at 59093ae (``docs/tools/bench_speed.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_speed.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "tools" / "bench_speed.py"
 
 
 @pytest.mark.benchmark

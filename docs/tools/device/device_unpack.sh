@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sourced on the device after scripts/device_stage.sh: join the MLX-CUDA archive parts, unpack the
+# Sourced on the device after docs/tools/device/device_stage.sh: join the MLX-CUDA archive parts, unpack the
 # small wheels beside it, and export PYTHONPATH / LD_LIBRARY_PATH. Env: STAGE, SITE, PY.
 stage=${STAGE:-/tmp/stage}; site=${SITE:-/tmp/site}; py=${PY:-python3}
 mkdir -p "$site"

@@ -9,7 +9,7 @@ lag) are set beside each run's measured step peaks. An *event* is a step a run p
 the run's maximum to the point prediction; it is scored on the train split as ``kvsim fit`` scores
 peaks (mean + half max |error|).
 
-Usage: ``python scripts/late_handlers.py [DATA_DIR ...] [--stall-lag-s 0.002]`` (default: every
+Usage: ``python docs/tools/late_handlers.py [DATA_DIR ...] [--stall-lag-s 0.002]`` (default: every
 ``data/*`` directory with CUDA files). Takes about a minute.
 """
 

@@ -4,7 +4,7 @@ For each scenario of a calibration file with a run whose near-peak step peaked b
 simulated with the host thread stalled before op k of every eval (``BackendProfile.host_stall_op``), for every k of
 its longest tape; a measured step peak counts as reproduced when one of those peaks is within 8 bytes of it.
 
-    python scripts/cpu_load_stalls.py data/cpu-load/default-busy2 [--limit 8] [--skip step,quant]
+    python docs/tools/cpu_load_stalls.py data/cpu-load/default-busy2 [--limit 8] [--skip step,quant]
 
 Slow: one whole simulation per op of the tape (about a minute per 12-layer scenario on a quiet core).
 """

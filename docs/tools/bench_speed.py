@@ -11,7 +11,7 @@ One run measures both engines on this machine, each in its own subprocess starte
   (``kvsim.calibration.sweep``) and step and geometric sweeps of llama-3.1-8b and DS4 up to 1M tokens.
 
 Targets (issue #19): DS4 1M decode and 100 predictions each >= 10x faster than 59093ae; 10M tokens at most 2x
-the cost of 10K; every error <= 0.1 %. Usage: ``python scripts/bench_speed.py [--repeats 5] [--quick]
+the cost of 10K; every error <= 0.1 %. Usage: ``python docs/tools/bench_speed.py [--repeats 5] [--quick]
 [--json OUT]``; exits 1 if a target is missed.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 BASE_COMMIT = "59093ae"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DS4 = {"preset": "deepseek-v4-flash"}
 LLAMA = {"preset": "llama-3.1-8b"}
 GEOMETRIC = {"name": "geometric", "seed_rows": 4096, "cap": "context", "slack_rows": 2}

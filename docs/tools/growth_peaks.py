@@ -8,7 +8,7 @@ that grows the cache is one row: the measured step peak, the steady cache before
 - ``N·(new + old)`` (the PR: every layer's old and new buffers live at once);
 
 where, per layer and for K and V together, ``old`` is the buffer before the growth and ``new`` the
-concatenated buffer after it. Usage: ``python scripts/growth_peaks.py [--out docs/growth-peaks.json]``.
+concatenated buffer after it. Usage: ``python docs/tools/growth_peaks.py [--out docs/growth-peaks.json]``.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ mlx-lm's `KVCache` grows by concatenating 256 zero rows to every layer's K and V
 and new buffers are live during the concatenation, so a growth step costs `N·(new + old)`; the review answered that
 old buffers are freed as they go, so it costs `N·new + old`. We measured it.
 
-**How.** `python scripts/growth_peaks.py` runs the contract's reference workload (`kvsim.calibration.measure.run_reference`:
+**How.** `python docs/tools/growth_peaks.py` runs the contract's reference workload (`kvsim.calibration.measure.run_reference`:
 `mx.reset_peak_memory()`, one `mx.eval` per step, `mx.synchronize()`, counters read after each step) with mlx-lm
 {dev.get('mlx_lm_version')}'s own `KVCache` (step 256) on MLX {dev['mlx_version']}'s CPU backend ({dev['os']},
 {dev['machine']}), for 8 model shapes (4 to 48 layers), a 1000-token prompt in 512-token chunks and 1100 decode

@@ -5,9 +5,9 @@ as the contract's section 5 measures it (``kvsim.generation.measure``), appended
 Runs on the default MLX device: on a CUDA host (``mlx[cuda]``) the same command measures CUDA.
 ``report``: kvsim's prediction of every run in the files given, and the peak error per split.
 
-    python scripts/generation_runs.py measure --split train --configs llama-3.2-1b-instruct,qwen3-0.6b \\
+    python docs/tools/generation_runs.py measure --split train --configs llama-3.2-1b-instruct,qwen3-0.6b \\
         --out data/generation/mlx-cpu-0.32.4
-    python scripts/generation_runs.py report data/generation/mlx-cpu-0.32.4/*.jsonl --backend mlx-cpu
+    python docs/tools/generation_runs.py report data/generation/mlx-cpu-0.32.4/*.jsonl --backend mlx-cpu
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call 1 of 2: keep the first part of the carried MLX-CUDA archive outside the repo.
-# Usage (repo root, with .whl carried): bash scripts/device_stage.sh [STAGE_DIR]
+# Usage (repo root, with .whl carried): bash docs/tools/device/device_stage.sh [STAGE_DIR]
 set -euo pipefail
 stage=${1:-/tmp/stage}
 mkdir -p "$stage"

@@ -5,8 +5,8 @@ A B B A order (every policy twice, the second pass reversed, after one unrecorde
 per workload), prints a table and writes
 ``<out>/<backend>-mlx<version>-<yyyymmdd>.json`` atomically.
 
-    python scripts/bench_policies.py            # sizes picked for the backend (GPU: full, CPU: reduced)
-    python scripts/bench_policies.py --quick    # smoke run, seconds
+    python docs/tools/bench_policies.py            # sizes picked for the backend (GPU: full, CPU: reduced)
+    python docs/tools/bench_policies.py --quick    # smoke run, seconds
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of seconds")
     ap.add_argument("--sizes", choices=sorted(SIZES), help="size profile (default: full on a GPU, cpu on the CPU)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "bench", help="output folder")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "data" / "bench", help="output folder")
     args = ap.parse_args(argv)
     backend = mlx_backend_name()
     profile = "quick" if args.quick else args.sizes or ("cpu" if backend == "mlx-cpu" else "full")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "kind": "kvsim-bench-policies",
         "created_utc": stamp.isoformat(timespec="seconds"),
-        "command": " ".join(["python", "scripts/bench_policies.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python", "docs/tools/bench_policies.py", *(argv if argv is not None else sys.argv[1:])]),
         "profile": profile,
         "sizes": {k: dict(zip(("prompt_tokens", "prefill_chunk", "decode_tokens"), v)) for k, v in SIZES[profile].items()},
         "models": {"uniform": {**UNIFORM, "n_layers": LAYERS[profile]}, "ds4": DS4},

@@ -6,7 +6,7 @@ of what ``kvsim validate`` summarises: peak median / max |error|, final active m
 and the widest range. Then, per profile, the held-out totals: runs in range and sweeps whose point max is over
 the 12% target. Directories are read in parallel, one process per core.
 
-Usage: ``python scripts/heldout_table.py [--backend mlx-cuda] [--profile FILE ...] [--data DIR ...]``
+Usage: ``python docs/tools/heldout_table.py [--backend mlx-cuda] [--profile FILE ...] [--data DIR ...]``
 (about 20 s per profile for the CUDA data on 2 cores).
 """
 
@@ -24,7 +24,7 @@ from kvsim.calibration.validate import GPU_POINT_MAX_PCT, load_observations, val
 from kvsim.scenario.parse import ScenarioError
 from kvsim.sim.profile import load_profile, profile_from_file
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 SHIPPED = "shipped"
 
 

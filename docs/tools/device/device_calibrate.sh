@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Device call 2 of 2: join the MLX-CUDA archive parts, unpack the small wheels beside it, then run
-# `kvsim calibrate` (and scripts/bench_policies.py if present) with results written to $OUT.
-# Usage (repo root, with .whl2 carried, after scripts/device_stage.sh):
-#   bash scripts/device_calibrate.sh [REPEATS] [CALIBRATE_TIMEOUT_S] [EXTRA calibrate args...]
+# `kvsim calibrate` (and docs/tools/bench_policies.py if present) with results written to $OUT.
+# Usage (repo root, with .whl2 carried, after docs/tools/device/device_stage.sh):
+#   bash docs/tools/device/device_calibrate.sh [REPEATS] [CALIBRATE_TIMEOUT_S] [EXTRA calibrate args...]
 # Env: STAGE (default /tmp/stage), SITE (default /tmp/site), PY (default python3), OUT (results dir).
 set -uo pipefail
 repeats=${1:-3}; budget_s=${2:-420}; shift $(( $# < 2 ? $# : 2 ))
 py=${PY:-python3}; out=${OUT:?OUT must be set}
 t0=$(date +%s)
-source scripts/device_unpack.sh || exit 3
+source docs/tools/device/device_unpack.sh || exit 3
 echo "unpacked in $(( $(date +%s) - t0 )) s"
 "$py" - <<'PY' 2>&1 | tee "$out/device.txt"
 import json, mlx.core as mx
@@ -21,8 +21,8 @@ print("kvsim device_info", json.dumps(device_info()))
 PY
 timeout "$budget_s" "$py" -m kvsim.cli calibrate --out "$out" --repeats "$repeats" --no-progress "$@" 2>&1 | tee "$out/calibrate.log"
 echo "calibrate exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
-if [ -f scripts/bench_policies.py ]; then
-  timeout "${BENCH_TIMEOUT_S:-90}" "$py" scripts/bench_policies.py --out "$out" 2>&1 | tee "$out/bench.log"
+if [ -f docs/tools/bench_policies.py ]; then
+  timeout "${BENCH_TIMEOUT_S:-90}" "$py" docs/tools/bench_policies.py --out "$out" 2>&1 | tee "$out/bench.log"
   echo "bench exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
 fi
 ls -la "$out"

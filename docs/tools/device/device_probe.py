@@ -18,7 +18,7 @@
    (``-align``: key rows that are not a multiple of 8; ``-random``: single-head shapes drawn at random).
 6. ``workspace-stack``: N independent matmuls of one shape in one ``mx.eval`` (as N layers' attention
    in one command buffer), N = 1..32: whether their workspaces add up until the buffer completes.
-Usage: ``python scripts/device_probe.py quantize|commit [OPS]|matmul|workspace[-align|-random|-stack] [S]|graphs ID...|graphs-summary DIR``.
+Usage: ``python docs/tools/device/device_probe.py quantize|commit [OPS]|matmul|workspace[-align|-random|-stack] [S]|graphs ID...|graphs-summary DIR``.
 """
 
 from __future__ import annotations

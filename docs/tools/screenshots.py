@@ -1,6 +1,6 @@
 """Screenshot each dashboard view: serve ``app.py`` on loopback, shoot with headless Chromium, stop.
 
-Usage: ``python scripts/screenshots.py [--out docs/screenshots] [--views Timeline Sweeps ...]
+Usage: ``python docs/tools/screenshots.py [--out docs/screenshots] [--views Timeline Sweeps ...]
 [--query "device=NVIDIA+H200+141+GB"]``. Needs Debian's ``chromium`` on PATH.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VIEWS = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
 CHROMIUM_FLAGS = (
     "--headless",
