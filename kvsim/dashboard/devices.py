@@ -1,6 +1,6 @@
 """Memory-limit presets: devices and the byte budget MLX gives a model on each.
 
-Sources (see /work/shared/reference/mlx-memory.md, section 1):
+Sources (MLX 0.32.4 and mlx-lm 0.32.2):
 
 * Metal: MLX's memory limit is ``min(1.5 * recommendedMaxWorkingSetSize, 0.95 * RAM)``
   (``mlx/backend/metal/allocator.cpp``: ``block_limit_``). macOS reports a recommended
