@@ -44,7 +44,7 @@ def test_opens_on_a_verdict_chart_and_search_for_a_shipped_config() -> None:
     [chart] = at.get("vega_lite_chart")
     assert "GPU working set" in str(chart.proto.datasets) or "GPU working set" in chart.proto.spec
     longest = at.dataframe[0].value
-    assert list(longest["policy"]) == list(fc.SEARCH_POLICIES)
+    assert list(longest["policy"]) == list(fc.SEARCH_POLICIES)  # the request's (mlx-lm) first
     assert all(v.endswith("K tokens") for v in longest["longest prompt"]), list(longest["longest prompt"])
 
 
@@ -79,4 +79,4 @@ def test_an_offline_repo_id_or_a_bad_upload_is_one_line() -> None:
 def test_sizes_and_tokens_read_rounded() -> None:
     assert fc.size(2_254_857_830) == "2.1 GiB" and fc.size(60 << 20) == "60 MiB" and fc.size(150 << 30) == "150 GiB"
     assert fc.tokens(32768) == "32K" and fc.tokens(131072) == "128K" and fc.tokens(3000) == "3,000"
-    assert fc.device_label(DEVICES["mac-16gb"]) == "16 GB Mac" and fc.device_label(DEVICES["h100"]) == "H100 (80 GiB)"
+    assert fc.device_phrase(DEVICES["mac-8gb"]) == "an 8 GB Mac" and fc.device_label(DEVICES["mac-16gb"]) == "16 GB Mac" and fc.device_label(DEVICES["h100"]) == "H100 (80 GiB)"

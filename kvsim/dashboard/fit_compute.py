@@ -25,8 +25,8 @@ POLICIES: dict[str, dict[str, Any] | None] = {
     MLX_LM: None, "step": {"name": "step"}, "geometric": {"name": "geometric"}, "lowpeak": {"name": "lowpeak"},
 }
 """Growth policies the page offers (kvsim's ``policies.mlx`` with their defaults)."""
-SEARCH_POLICIES = (MLX_LM, "step", "lowpeak")
-"""Policies whose longest fitting context the page searches."""
+SEARCH_POLICIES = (MLX_LM, "lowpeak")
+"""Policies whose longest fitting context the page searches (and the request's own)."""
 BACKEND_FROM_DEVICE = "device's"
 BACKENDS = (BACKEND_FROM_DEVICE, "mlx-cpu", "mlx-cuda", "mlx-metal")
 KV_BITS = (None, 2, 3, 4, 5, 6, 8)
@@ -135,28 +135,101 @@ def answer(request: FitRequest) -> FitAnswer:
                      v.status, v.fits)
 
 
-def longest_context(request: FitRequest, policy: str) -> int:
-    """The longest prompt (``CONTEXT_STEP_TOKENS`` granularity) that fits the device with ``policy``."""
+def peak(request: FitRequest) -> int:
+    """The predicted peak alone: one probe of the longest-context search."""
+    from kvsim.generation.predict import predict
+
+    built, _ = _built(request.model, request.config_text)
+    return predict(built, request.workload, request.backend, POLICIES[request.policy]).peak_bytes
+
+
+def fix_peak(request: FitRequest, label: str) -> int:
+    """The predicted peak with one of ``fix_labels``' settings."""
     from kvsim.generation import verdict as vd
     from kvsim.generation.predict import predict
 
-    built, config = _built(request.model, request.config_text)
-    limit = min(SEARCH_LIMIT_TOKENS, int(config.config.get("max_position_embeddings") or SEARCH_LIMIT_TOKENS))
-
-    def fits(n: int) -> bool:
-        w = replace(request.workload, prompt_tokens=max(n, 2))
-        return vd.verdict(predict(built, w, request.backend, POLICIES[policy]).peak_bytes, request.device).fits
-
-    return vd.longest_context(fits, request.workload.prompt_tokens, limit)
-
-
-def fixes(request: FitRequest) -> list[tuple[str, int, bool]]:
-    """(flags, predicted peak, fits) of each setting ``kvsim.generation.verdict`` tries, fitting ones first."""
-    from kvsim.generation.verdict import verdict, what_fits
-
     built, _ = _built(request.model, request.config_text)
-    tried = what_fits(built, request.workload, request.device, request.backend, POLICIES[request.policy])
-    return [(o.label, p.peak_bytes, verdict(p.peak_bytes, request.device).fits) for o, p in tried]
+    policy = POLICIES[request.policy]
+    for o in vd.options(request.workload, policy):
+        if o.label == label:
+            return predict(built, o.workload, request.backend, o.policy).peak_bytes
+    bits = int(label.split("-bit")[0])
+    return predict(vd.quantized_weights(built, bits), request.workload, request.backend, policy).peak_bytes
+
+
+def fix_labels(request: FitRequest, config: ModelConfig) -> list[str]:
+    """The settings ``kvsim.generation.verdict.what_fits`` tries, by their flags: its ``options`` and, for a
+    model that is not quantized, its 8- and 4-bit conversions."""
+    from kvsim.generation.model import quantization_of
+    from kvsim.generation.verdict import options
+
+    labels = [o.label for o in options(request.workload, POLICIES[request.policy])]
+    if quantization_of(dict(config.config)) is None:
+        labels += [f"{bits}-bit weights (mlx_lm.convert -q --q-bits {bits})" for bits in (8, 4)]
+    return labels
+
+
+def at_prompt(request: FitRequest, prompt_tokens: int, policy: str) -> FitRequest:
+    """The request with another prompt length and policy (a probe of the search)."""
+    return replace(request, workload=replace(request.workload, prompt_tokens=max(prompt_tokens, 2)), policy=policy)
+
+
+# ---- the longest-context search, one probe (a prediction) at a time --------------------------------
+STEP_TOKENS = 1024
+"""The search's granularity (``kvsim.generation.verdict.CONTEXT_STEP_TOKENS``)."""
+MAX_PROBES = 14
+
+
+def _ceil(n: float) -> int:
+    return int(-(-n // STEP_TOKENS)) * STEP_TOKENS
+
+
+def _floor(n: float) -> int:
+    return int(n // STEP_TOKENS) * STEP_TOKENS
+
+
+def _line(a: tuple[int, int], b: tuple[int, int], limit_bytes: int) -> float | None:
+    """Where the line through two (tokens, peak) points reaches ``limit_bytes`` (None: flat or falling)."""
+    (n0, p0), (n1, p1) = a, b
+    if n1 == n0 or (p1 - p0) / (n1 - n0) <= 0:
+        return None
+    return n0 + (limit_bytes - p0) * (n1 - n0) / (p1 - p0)
+
+
+def next_probe(start_tokens: int, known: dict[int, int], limit_bytes: int, bytes_per_token: float = 0.0,
+               max_tokens: int = SEARCH_LIMIT_TOKENS) -> int | None:
+    """The next prompt length to predict in the search for the longest that keeps the peak within
+    ``limit_bytes``, or None when ``known`` ({prompt tokens: peak}) decides it. The peak grows about
+    linearly with the prompt (the KV cache), so a probe goes where the line through the nearest points
+    (or through the one point with slope ``bytes_per_token``) meets the limit, a little past it while
+    nothing is over (to bracket it); from the fifth probe on the bracket is halved, so the search ends
+    within ``MAX_PROBES``."""
+    if not known:
+        return min(max_tokens, max(STEP_TOKENS, _floor(start_tokens)))
+    fit = sorted(n for n, p in known.items() if p <= limit_bytes)
+    over = sorted(n for n, p in known.items() if p > limit_bytes)
+    lo, hi = (fit[-1] if fit else 0), (over[0] if over else None)
+    if len(known) >= MAX_PROBES or (hi is not None and hi - lo <= STEP_TOKENS) or lo >= max_tokens:
+        return None
+    first = next(iter(known))
+    one = (_line((first, known[first]), (first + 1, known[first] + bytes_per_token), limit_bytes)
+           if len(known) == 1 and bytes_per_token > 0 else None)  # one point: the line of the KV's slope
+    if hi is None:  # everything fits so far: extrapolate upwards
+        est = _line((fit[-2], known[fit[-2]]), (lo, known[lo]), limit_bytes) if len(fit) > 1 else (one or 2.0 * lo)
+        return min(max_tokens, max(lo + STEP_TOKENS, _ceil((est or max_tokens) * 1.02)))
+    if not fit:  # nothing fits so far: extrapolate downwards
+        if hi <= STEP_TOKENS:
+            return None
+        est = _line((hi, known[hi]), (over[1], known[over[1]]), limit_bytes) if len(over) > 1 else (one or hi / 2)
+        return max(STEP_TOKENS, min(hi - STEP_TOKENS, _floor(est if est is not None else hi / 2)))
+    est = _line((lo, known[lo]), (hi, known[hi]), limit_bytes)
+    guess = _floor(est) if est is not None and len(known) < 4 else _floor((lo + hi) / 2)
+    return max(lo + STEP_TOKENS, min(hi - STEP_TOKENS, guess))
+
+
+def longest(known: dict[int, int], limit_bytes: int) -> int:
+    """The longest probed prompt within ``limit_bytes`` (0: none)."""
+    return max((n for n, p in known.items() if p <= limit_bytes), default=0)
 
 
 # ---- the machine the dashboard runs on ----------------------------------------------------------------
@@ -227,7 +300,10 @@ def device_label(d: Device) -> str:
 
 def device_phrase(d: Device) -> str:
     """The device in a sentence: ``a 16 GB Mac``, ``H100 (80 GiB)``."""
-    return f"a {device_label(d)}" if d.name.startswith("mac-") else device_label(d)
+    label = device_label(d)
+    if not d.name.startswith("mac-"):
+        return label
+    return f"{'an' if label.startswith(('8 ', '18 ')) else 'a'} {label}"
 
 
 # ---- what the page says -----------------------------------------------------------------------------
@@ -307,10 +383,10 @@ def notices(request: FitRequest, a: FitAnswer) -> list[str]:
                    "Metal generation has been measured against it.")
     r = measured_range(request.backend)
     w = request.workload
-    if r is None:
+    if r is None and request.backend != "mlx-metal":
         out.append(f"No real {request.backend} generation has been measured yet: this prediction is not checked "
                    "against data.")
-    else:
+    elif r is not None:
         beyond = []
         if w.prompt_tokens + w.max_tokens > r.max_context_tokens:
             beyond.append(f"{tokens(w.prompt_tokens + w.max_tokens)} tokens (measured up to "

@@ -26,6 +26,7 @@ from kvsim.generation.schedule import Workload
 Q = "query-params"
 LINK_ERRORS = "fit_link_errors"  # session key: {param: one line} from the link the session opened with
 PART_COLORS = ("#4c78a8", "#f58518", "#e45756")
+CHART_PX, BAR_PX = 70, 40  # the limits' rules span the chart's height
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -110,11 +111,6 @@ def inputs() -> fc.FitRequest | str:
 
 
 # ---- output --------------------------------------------------------------------------------------
-def _fetch(jobs: dict[Any, Any], label: str) -> tuple[dict[Any, Any], dict[Any, str], list[Any]]:
-    with st.spinner(label):
-        return session_runner().fetch(jobs)
-
-
 def _chart(request: fc.FitRequest, a: fc.FitAnswer) -> alt.LayerChart:
     """The peak's parts stacked against the working set and MLX's memory limit, in GiB."""
     parts = pd.DataFrame([{"part": p, "GiB": round(n / GIB, 2), "size": fc.size(n), "order": i}
@@ -126,18 +122,19 @@ def _chart(request: fc.FitRequest, a: fc.FitAnswer) -> alt.LayerChart:
                             "size": fc.size(d.memory_limit_bytes)}])
     top = max(a.peak_bytes, d.memory_limit_bytes) / GIB * 1.06
     x = alt.X("sum(GiB):Q", title="GiB", scale=alt.Scale(domain=[0, top], nice=False))
-    bar = alt.Chart(parts).mark_bar(height=44).encode(
-        x=x, y=alt.Y("peak:N", title=None, axis=None),
+    bar = alt.Chart(parts).mark_bar(size=BAR_PX).encode(
+        x=x, y=alt.Y("row:N", title=None, axis=None),
         color=alt.Color("part:N", sort=list(parts["part"]), title=None,
                         scale=alt.Scale(domain=list(parts["part"]), range=list(PART_COLORS)),
-                        legend=alt.Legend(orient="bottom")),
+                        legend=alt.Legend(orient="bottom", labelLimit=0)),
         order="order:Q", tooltip=["part", "size"],
-    ).transform_calculate(peak="'peak'")
-    rules = alt.Chart(limits).mark_rule(strokeWidth=2, strokeDash=[5, 3]).encode(
-        x=alt.X("GiB:Q"), color=alt.value("#333"), tooltip=["limit", "size"])
-    text = alt.Chart(limits).mark_text(align="left", dx=4, dy=-34, fontSize=12).encode(
-        x="GiB:Q", text=alt.Text("label:N")).transform_calculate(label="datum.limit + ' ' + datum.size")
-    return (bar + rules + text).properties(height=110)
+    ).transform_calculate(row="'peak'")
+    rules = alt.Chart(limits).mark_rule(color="#222", strokeWidth=2).encode(
+        x=alt.X("GiB:Q"), y=alt.value(0), y2=alt.value(CHART_PX), tooltip=["limit", "size"],
+        strokeDash=alt.StrokeDash("label:N", title=None, scale=alt.Scale(range=[[6, 3], [2, 2]]),
+                                  legend=alt.Legend(orient="bottom", labelLimit=0)),
+    ).transform_calculate(label="datum.limit + ' ' + datum.size")
+    return alt.layer(bar, rules).properties(height=CHART_PX).resolve_legend(strokeDash="independent")
 
 
 def _verdict(request: fc.FitRequest, a: fc.FitAnswer) -> None:
@@ -145,7 +142,7 @@ def _verdict(request: fc.FitRequest, a: fc.FitAnswer) -> None:
     st.markdown(f"#### {icon} {fc.sentence(request, a)}")
     for line in fc.notices(request, a):
         st.warning(line, icon=":material/info:")
-    st.altair_chart(_chart(request, a), width="stretch")
+    st.altair_chart(_chart(request, a), width="stretch", height=CHART_PX + 90)  # room for axis and legends
     parts = ", ".join(f"{p} {fc.size(n)}" for p, n in fc.breakdown(a))
     st.caption(f"Peak {fc.size(a.peak_bytes)} (mlx-lm's \"Peak memory\") in the {a.peak_phase} step at "
                f"{fc.tokens(a.peak_offset)} tokens: {parts}. KV at the end {fc.size(a.final_kv_bytes)}. "
@@ -153,40 +150,69 @@ def _verdict(request: fc.FitRequest, a: fc.FitAnswer) -> None:
                "is not in the peak; mlx-lm clears it after each prefill chunk.")
 
 
+def _longest(request: fc.FitRequest, a: fc.FitAnswer, policy: str, runner: Any) -> tuple[str, bool]:
+    """(what the search found so far, whether it is still probing): one prediction per probe, each a job
+    kept by its inputs, so a page run picks the search up where the last one left it."""
+    known: dict[int, int] = {}
+    if policy == request.policy and request.workload.prompt_tokens % fc.STEP_TOKENS == 0:
+        known[request.workload.prompt_tokens] = a.peak_bytes
+    limit, per_token = request.device.working_set_bytes, a.kv_bytes / max(a.peak_offset, 1)
+    while (n := fc.next_probe(request.workload.prompt_tokens, known, limit, per_token)) is not None:
+        probe = fc.at_prompt(request, n, policy)
+        done, failed, _ = runner.fetch({("fit-peak", probe): (fc.peak, (probe,))})
+        if failed:
+            return next(iter(failed.values())), False
+        if not done:
+            return f"searching ({len(known)} predicted)...", True
+        known[n] = next(iter(done.values()))
+    best = fc.longest(known, limit)
+    if best >= fc.SEARCH_LIMIT_TOKENS:
+        return f"{fc.tokens(best)} tokens or more", False
+    return (f"{fc.tokens(best)} tokens" if best else "none"), False
+
+
+def _fixes(request: fc.FitRequest, runner: Any) -> int:
+    """The settings that make it fit, each one prediction."""
+    config = fc.model_config(request)
+    jobs = {("fit-fix", request, label): (fc.fix_peak, (request, label)) for label in fc.fix_labels(request, config)}
+    done, failed, pending = runner.fetch(jobs)
+    limit = request.device.working_set_bytes
+    rows = sorted(((k[2], p) for k, p in done.items()), key=lambda t: t[1])
+    fits = [{"flags": f, "peak": fc.size(p)} for f, p in rows if p <= limit]
+    if fits:
+        st.dataframe(pd.DataFrame(fits), hide_index=True, width="stretch",
+                     column_config={"flags": st.column_config.TextColumn(width="large")})
+    elif not pending and rows:
+        st.markdown(f"None of the {len(rows)} settings tried fits; the lowest peak is {fc.size(rows[0][1])} "
+                    f"with `{rows[0][0]}`. A smaller model or a larger device is needed.")
+    for key, line in failed.items():
+        st.caption(f"{key[2]}: {line}")
+    if pending:
+        st.caption(f"trying settings: {len(done) + len(failed)}/{len(jobs)} predicted...")
+    return len(pending)
+
+
 def _search(request: fc.FitRequest, a: fc.FitAnswer) -> None:
-    """The longest prompt per policy, and (when it does not fit) the settings that make it fit."""
-    jobs: dict[Any, Any] = {("fit-context", request, p): (fc.longest_context, (request, p)) for p in fc.SEARCH_POLICIES}
-    if not a.fits:
-        jobs[("fit-fixes", request)] = (fc.fixes, (request,))
-    done, failed, pending = _fetch(jobs, "searching")
+    """The longest prompt per policy and, when it does not fit, the settings that make it fit."""
+    runner = session_runner()
     left, right = st.columns(2)
-    with left:
-        st.markdown(f"**Longest prompt that fits {fc.device_phrase(request.device)}** ({fc.tokens(request.workload.max_tokens)} generated)")
-        rows = []
-        for p in fc.SEARCH_POLICIES:
-            key = ("fit-context", request, p)
-            value = (fc.tokens(done[key]) + " tokens" if done[key] else "none") if key in done else failed.get(key, "searching...")
-            rows.append({"policy": p, "longest prompt": value})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    pending = 0
     with right:
         if a.fits:
             st.markdown("**Settings**: it fits as asked.")
         else:
             st.markdown("**Settings that make it fit**")
-            key = ("fit-fixes", request)
-            if key in done:
-                fits = [(f, p) for f, p, ok in done[key] if ok]
-                if fits:
-                    st.dataframe(pd.DataFrame([{"flags": f, "peak": fc.size(p)} for f, p in fits]),
-                                 hide_index=True, width="stretch")
-                else:
-                    best = min(done[key], key=lambda t: t[1])
-                    st.markdown(f"None of the tried settings fits; the lowest peak is {fc.size(best[1])} "
-                                f"with `{best[0]}`. A smaller model or a larger device is needed.")
-            else:
-                st.caption(failed.get(key, "trying settings..."))
-    if pending:
-        st.progress(1 - len(pending) / len(jobs), text=f"searching: {len(jobs) - len(pending)}/{len(jobs)} done")
+            pending += _fixes(request, runner)
+    with left:
+        st.markdown(f"**Longest prompt that fits {fc.device_phrase(request.device)}** "
+                    f"({fc.tokens(request.workload.max_tokens)} generated)")
+        policies = dict.fromkeys((request.policy, *fc.SEARCH_POLICIES))
+        found = {p: _longest(request, a, p, runner) for p in policies}
+        st.dataframe(pd.DataFrame([{"policy": p, "longest prompt": v[0]} for p, v in found.items()]),
+                     hide_index=True, width="stretch")
+    pending += sum(v[1] for v in found.values())
+    if pending:  # the page reruns as predictions finish (kvsim.dashboard.pages._refresh)
+        st.progress(0.5, text=f"predicting: {pending} searches and settings still running")
 
 
 def render_fit(_inputs: Any = None) -> None:
@@ -201,7 +227,8 @@ def render_fit(_inputs: Any = None) -> None:
         st.info(request)
         return
     key = ("fit-answer", request)
-    done, failed, _ = _fetch({key: (fc.answer, (request,))}, "predicting the generation")
+    with st.spinner("predicting the generation"):
+        done, failed, _ = session_runner().fetch({key: (fc.answer, (request,))})
     if key in failed:
         st.error(failed[key].split(": ", 1)[-1] if failed[key].startswith(("ModelConfigError", "KvsimError")) else failed[key])
         return
