@@ -2,8 +2,8 @@
 
 For each report whose model config is known, the run is one `kvsim generate --backend mlx-metal --json`
 with the report's prompt and generation lengths and the prefill step its mlx-lm version used. The
-config run is the report's `config_file` with the report's quantization added (written beside it as
-`<stem>-<bits>bit[-g<group>].json`, every other field verbatim). Usage:
+config run is the report's `config_file` with the report's quantization added (written to
+`kvsim/data/configs/public/<stem>-<bits>bit[-g<group>].json`, every other field verbatim). Usage:
 
     .venv/bin/python data/public/predict_public.py [r01 r07 ...]   # default: every predictable row
 
@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT_DIR = Path(__file__).resolve().parents[2]
 REPORTS_PATH = ROOT_DIR / "data" / "public" / "mlx-lm-peak-reports.json"
 KVSIM_BIN = ROOT_DIR / ".venv" / "bin" / "kvsim"
+# derived (quantized) configs are written here, whatever folder their base config is in
+PUBLIC_CONFIGS_DIR = ROOT_DIR / "kvsim" / "data" / "configs" / "public"
 
 # mlx_lm.generate's `-m` default (DEFAULT_MAX_TOKENS = 100, mlx_lm/generate.py since 2024) for the
 # generate-tool reports that state no generation length; their peak is in the prefill anyway.
@@ -70,7 +72,7 @@ def derived_config(base_rel: str, quant: dict | None) -> str:
         return base_rel
     base_path = ROOT_DIR / base_rel
     suffix = f"-{quant['bits']}bit" + ("" if quant["group_size"] == 64 else f"-g{quant['group_size']}")
-    out_path = base_path.with_name(base_path.stem + suffix + ".json")
+    out_path = PUBLIC_CONFIGS_DIR / (base_path.stem + suffix + ".json")
     if not out_path.exists():
         cfg = json.loads(base_path.read_text())
         cfg["_derived"] = (
