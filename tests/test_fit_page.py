@@ -80,3 +80,13 @@ def test_sizes_and_tokens_read_rounded() -> None:
     assert fc.size(2_254_857_830) == "2.1 GiB" and fc.size(60 << 20) == "60 MiB" and fc.size(150 << 30) == "150 GiB"
     assert fc.tokens(32768) == "32K" and fc.tokens(131072) == "128K" and fc.tokens(3000) == "3,000"
     assert fc.device_phrase(DEVICES["mac-8gb"]) == "an 8 GB Mac" and fc.device_label(DEVICES["mac-16gb"]) == "16 GB Mac" and fc.device_label(DEVICES["h100"]) == "H100 (80 GiB)"
+
+
+def test_the_search_finds_the_longest_prompt_of_a_linear_peak_in_few_probes() -> None:
+    limit = 48 << 30
+    for start, per_token in ((131072, 0.0), (4096, 0.0), (32768, 5e5)):
+        known: dict[int, int] = {}
+        while (n := fc.next_probe(start, known, limit, per_token)) is not None:
+            known[n] = int(10e9 + 5e5 * n)
+        best = max(n for n in range(0, 1 << 20, fc.STEP_TOKENS) if 10e9 + 5e5 * n <= limit)
+        assert fc.longest(known, limit) == best and len(known) <= 5, sorted(known)
