@@ -169,7 +169,7 @@ def test_calibration_view_without_and_with_data(tmp_path: Path, monkeypatch: pyt
 def test_recommend_view_and_impossible_constraints() -> None:
     at = run("Recommend", **SMALL)
     assert any(s.value.startswith("Recommended: **") for s in at.success)
-    none = run("Recommend", **SMALL, max_grows="0", max_over_mib="0")
+    none = run("Recommend", **SMALL, max_grows="0", max_over_pct="0")
     assert any("No candidate meets the constraints" in w.value for w in none.warning)
 
 

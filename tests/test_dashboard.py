@@ -85,14 +85,15 @@ def test_sweep_values_grids_and_candidates() -> None:
 
 
 def test_recommend_picks_lowest_peak_within_constraints() -> None:
-    def rec(label: str, peak: int, grows: int, over: int, over_limit: int | None = None) -> dict:
-        return {"label": label, "peak_bytes": peak, "grow_events": grows, "over_allocation_bytes": over, "first_step_over_limit": over_limit}
+    def rec(label: str, peak: int, steps: int, over: int, over_limit: int | None = None) -> dict:
+        return {"label": label, "peak_bytes": peak, "growth_steps": steps, "over_allocation_bytes": over,
+                "final_kv_bytes": 1000 + over, "first_step_over_limit": over_limit}
 
     records = [rec("a", 100, 50, 0), rec("b", 120, 2, 10), rec("c", 90, 1, 500), rec("d", 80, 0, 0, over_limit=3), {"label": "e", "error": "x"}]
-    assert sweeps.recommend(records, 10, 100)["label"] == "b"
-    assert sweeps.recommend(records, None, None)["label"] == "c"
-    assert sweeps.recommend(records, 0, 0) is None
-    assert [r["label"] for r in sweeps.feasible(records, 60, 100)] == ["a", "b"]
+    assert sweeps.recommend(records, sweeps.Constraints(10, 10.0))["label"] == "b"
+    assert sweeps.recommend(records, sweeps.Constraints())["label"] == "c"
+    assert sweeps.recommend(records, sweeps.Constraints(0, 0.0)) is None
+    assert [r["label"] for r in sweeps.feasible(records, sweeps.Constraints(60, 10.0))] == ["a", "b"]
 
 
 def test_with_ratio_touches_only_compressed_layers() -> None:

@@ -199,11 +199,37 @@ def render_calibration(inputs: Inputs) -> None:
     st.dataframe(frame, hide_index=True, width="stretch")
 
 
-def render_recommend(inputs: Inputs) -> None:
-    """View 5: the candidate setting with the lowest peak under the user's constraints."""
+def _constraints(inputs: Inputs) -> sweeps.Constraints:
     c1, c2 = st.columns(2)
-    max_grows = int(c1.number_input("at most N growth events", 0, 1 << 30, 64, key="max_grows", bind=Q))
-    max_over_mib = c2.number_input("at most X MiB over-allocation", 0.0, 1e9, 64.0, key="max_over_mib", bind=Q)
+    steps = c1.number_input("at most N growth steps", 0, 1 << 30, 64, key="max_grows", bind=Q,
+                            help="Steps in which some layer's cache grows, counted once however many layers grow in them.")
+    pct = c2.number_input("at most X % over-allocation", 0.0, 1e6, 25.0, key="max_over_pct", bind=Q,
+                          help="KV capacity beyond the rows written at the end, in % of the bytes written.")
+    return sweeps.Constraints(int(steps), float(pct), inputs.kv_limit_bytes)
+
+
+def _recommend_table(records: Sequence[dict[str, Any]], c: sweeps.Constraints) -> None:
+    """Every candidate that ran, those meeting the constraints first, each with what it misses."""
+    frame = _frame(records)
+    if frame.empty:
+        return
+    valid = [r for r in records if "error" not in r]
+    frame.insert(1, "misses", ["; ".join(sweeps.failures(r, c)) for r in valid])
+    frame.insert(1, "meets constraints", frame["misses"] == "")
+    frame["growth steps"] = [r["growth_steps"] for r in valid]
+    frame["over-allocation %"] = [sweeps.over_allocation_pct(r) for r in valid]
+    cols = ["label", "meets constraints", "peak (MiB)", "growth steps", "over-allocation %", "over-allocation (MiB)",
+            "growth events", "bytes copied (MiB)", "misses"]
+    frame = frame.sort_values(["meets constraints", "peak_bytes"], ascending=[False, True])
+    st.dataframe(frame[cols], hide_index=True, width="stretch",
+                 column_config={"over-allocation %": st.column_config.NumberColumn(format="%.1f"),
+                                "growth events": st.column_config.NumberColumn(help="each layer's growth counted")})
+
+
+def render_recommend(inputs: Inputs) -> None:
+    """View 5: the candidate setting with the lowest peak under the user's constraints, or what each
+    policy's closest candidate misses."""
+    c = _constraints(inputs)
     candidates = sweeps.candidate_policies(inputs.policies)
     st.caption(f"{len(candidates)} candidates: each compared policy with its step, seed rows, factor, max size or block rows varied.")
     records, pending = _records(inputs.base, candidates, inputs.kv_limit_bytes, "candidates")
@@ -211,19 +237,14 @@ def render_recommend(inputs: Inputs) -> None:
         record.pop("_cell")
     _pending(pending, len(candidates))
     _errors(records)
-    best = sweeps.recommend(records, max_grows, int(max_over_mib * MIB))
-    if best is None:
-        st.warning("No candidate meets the constraints (or every one exceeds the memory limit): relax them.")
-    else:
+    best = sweeps.recommend(records, c)
+    if best is not None:
         st.success(
             f"Recommended: **{best['label']}**: peak {best['peak_bytes'] / MIB:,.2f} MiB, "
-            f"{best['grow_events']} growth events, {best['over_allocation_bytes'] / MIB:,.2f} MiB over-allocated."
+            f"{best['growth_steps']:,} growth steps, {sweeps.over_allocation_pct(best):,.1f}% "
+            f"({best['over_allocation_bytes'] / MIB:,.2f} MiB) over-allocated."
         )
-    ok = {r["label"] for r in sweeps.feasible(records, max_grows, int(max_over_mib * MIB))}
-    frame = _frame(records)
-    if frame.empty:
-        return
-    frame.insert(1, "meets constraints", frame["label"].isin(ok))
-    cols = ["label", "meets constraints", *sweeps.METRICS.values()]
-    frame = frame.sort_values(["meets constraints", "peak_bytes"], ascending=[False, True])
-    st.dataframe(frame[cols], hide_index=True, width="stretch")
+    elif records:
+        lines = "\n".join(f"- {line}" for line in sweeps.why_none(records, c))
+        st.warning(f"No candidate meets the constraints{' yet' if pending else ''}. What each policy's closest candidate misses:\n\n{lines}")
+    _recommend_table(records, c)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from kvsim.core.units import GIB, MIB
 from kvsim.scenario.parse import Scenario, parse_scenario
 from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
@@ -46,8 +47,8 @@ def scenario_for(base: Mapping[str, Any], policy: Mapping[str, Any], sid: Any | 
 
 
 def summary_record(label: str, result: SimResult) -> Record:
-    """One table row: the label, the policy and every summary number."""
-    return {"label": label, "policy": result.policy, **asdict(result.summary)}
+    """One table row: the label, the policy, every summary number and the growth steps."""
+    return {"label": label, "policy": result.policy, **asdict(result.summary), "growth_steps": growth_steps(result)}
 
 
 def parse_values(text: str, field: str, integer: bool = True, limit: int = 40) -> list[int | float]:
@@ -153,20 +154,75 @@ def candidate_policies(policies: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     return list(out.values())
 
 
-def feasible(records: Sequence[Record], max_grow_events: int | None, max_over_allocation_bytes: int | None) -> list[Record]:
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What a recommended setting must meet (``None``: no constraint)."""
+
+    max_growth_steps: int | None = None
+    """Steps in which some layer's cache grows: one per step however many layers grow in it, so a
+    128K-token prompt in 2K chunks is 64 growth steps at 32 layers or 100 (``grow_events`` counts
+    each layer's: 2,048 and 6,400)."""
+    max_over_allocation_pct: float | None = None
+    """KV capacity beyond the rows written at the end, in % of the bytes written."""
+    limit_bytes: int | None = None
+    """The peak must stay within this (the device limit minus the weights); the simulation was run
+    with it, so a record past it carries ``first_step_over_limit``."""
+
+
+def _size(n_bytes: float) -> str:
+    """``3.1 GiB`` from 1 GiB, else ``60.0 MiB``."""
+    return f"{n_bytes / GIB:,.1f} GiB" if abs(n_bytes) >= GIB else f"{n_bytes / MIB:,.1f} MiB"
+
+
+def growth_steps(result: SimResult) -> int:
+    """Steps in which some layer's cache grew (each layer's growth is one of ``grow_events``)."""
+    return sum(run.step_count for run in result.timeline if run.grew)
+
+
+def over_allocation_pct(record: Record) -> float:
+    """Capacity beyond the rows written at the end, in % of the KV bytes written."""
+    written = record["final_kv_bytes"] - record["over_allocation_bytes"]
+    return 100.0 * record["over_allocation_bytes"] / written if written > 0 else 0.0
+
+
+def failures(record: Record, c: Constraints) -> list[str]:
+    """Each constraint ``record`` misses, as a phrase with its figure and the bound (empty: it meets all)."""
+    out = []
+    if record.get("first_step_over_limit") is not None:
+        limit = "the limit" if c.limit_bytes is None else f"the {_size(c.limit_bytes)} limit"
+        out.append(f"peak {_size(record['peak_bytes'])} over {limit}")
+    if c.max_over_allocation_pct is not None and (pct := over_allocation_pct(record)) > c.max_over_allocation_pct:
+        out.append(f"over-allocation {pct:,.1f}% over the {c.max_over_allocation_pct:g}% allowed")
+    if c.max_growth_steps is not None and record["growth_steps"] > c.max_growth_steps:
+        out.append(f"{record['growth_steps']:,} growth steps, more than the {c.max_growth_steps:,} allowed")
+    return out
+
+
+def feasible(records: Sequence[Record], c: Constraints) -> list[Record]:
     """Valid records within the constraints, lowest peak first."""
-    ok = [
-        r
-        for r in records
-        if "error" not in r
-        and (max_grow_events is None or r["grow_events"] <= max_grow_events)
-        and (max_over_allocation_bytes is None or r["over_allocation_bytes"] <= max_over_allocation_bytes)
-        and r.get("first_step_over_limit") is None
-    ]
-    return sorted(ok, key=lambda r: (r["peak_bytes"], r["grow_events"], r["label"]))
+    ok = [r for r in records if "error" not in r and not failures(r, c)]
+    return sorted(ok, key=lambda r: (r["peak_bytes"], r["growth_steps"], r["label"]))
 
 
-def recommend(records: Sequence[Record], max_grow_events: int | None, max_over_allocation_bytes: int | None) -> Record | None:
+def recommend(records: Sequence[Record], c: Constraints) -> Record | None:
     """The feasible setting with the lowest peak, or ``None``."""
-    ok = feasible(records, max_grow_events, max_over_allocation_bytes)
+    ok = feasible(records, c)
     return ok[0] if ok else None
+
+
+def why_none(records: Sequence[Record], c: Constraints) -> list[str]:
+    """One line per policy saying what its closest candidate misses (fewest failed constraints, then
+    lowest peak), e.g. ``step(step=2048): peak 21.1 GiB over the 16.0 GiB limit``; a policy whose
+    every candidate failed to run gives its first error."""
+    by_policy: dict[str, list[Record]] = {}
+    for record in records:
+        by_policy.setdefault(record["policy"], []).append(record)
+    lines = []
+    for name, group in by_policy.items():
+        valid = [r for r in group if "error" not in r]
+        if not valid:
+            lines.append(f"{name}: {group[0]['error']}")
+            continue
+        best = min(valid, key=lambda r: (len(failures(r, c)), r["peak_bytes"], r["label"]))
+        lines.append(f"{name}: {'; '.join(failures(best, c)) or 'meets them'} (closest: {best['label']})")
+    return lines
