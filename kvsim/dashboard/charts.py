@@ -19,6 +19,8 @@ MIB = float(1 << 20)
 TIMELINE_METRICS: dict[str, str] = {"peak_bytes": "step peak", "active_bytes": "active", "kv_bytes": "KV capacity"}
 MAX_POINTS = 4500  # all series together: under Altair's default 5000-row limit
 MAX_DRAWN_RUNS = 4_000  # a longer fast-mode timeline is drawn from evenly spaced copies of its cycles
+LIMIT_SCALE = 2.0  # a limit above this many times the data's top is a note, not a rule that squashes the curves
+LIMIT_COLOR = "#d62728"
 
 
 def _downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -70,6 +72,24 @@ def growth_frame(results: Mapping[str, SimResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["policy", "step", "tokens", "MiB"])
 
 
+def _mib_text(mib: float) -> str:
+    return f"{mib / 1024:,.1f} GiB" if mib >= 1024 else f"{mib:,.1f} MiB"
+
+
+def limit_layers(limit_mib: float, top_mib: float) -> list[alt.Chart]:
+    """The limit as a labelled dashed rule when it lies within ``LIMIT_SCALE`` x the data's top, else
+    a note in the corner, so that a 96 GiB limit over 60 MiB curves leaves their y axis to them."""
+    label = f"memory limit − weights: {_mib_text(limit_mib)}"
+    if top_mib > 0 and limit_mib <= LIMIT_SCALE * top_mib:
+        limit = pd.DataFrame({"MiB": [limit_mib], "label": [label]})
+        rule = alt.Chart(limit).mark_rule(color=LIMIT_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(y="MiB:Q", tooltip=["label"])
+        return [rule, rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=LIMIT_COLOR).encode(x=alt.value(0), text="label:N")]
+    times = f", {limit_mib / top_mib:,.0f}x the highest point" if top_mib > 0 else ""
+    note = pd.DataFrame({"label": [f"{label}: off the scale{times}"]})
+    return [alt.Chart(note).mark_text(align="left", baseline="top", color=LIMIT_COLOR, fontWeight="bold")
+            .encode(x=alt.value(6), y=alt.value(6), text="label:N", tooltip=["label"])]
+
+
 def timeline_chart(frame: pd.DataFrame, growths: pd.DataFrame, limit_mib: float | None = None) -> alt.LayerChart:
     """Each policy's active, KV and step-peak memory over tokens, growths marked, limit drawn."""
     x = alt.X("tokens:Q", title="tokens processed")
@@ -97,10 +117,7 @@ def timeline_chart(frame: pd.DataFrame, growths: pd.DataFrame, limit_mib: float 
             .encode(x="tokens:Q", y="MiB:Q", color=alt.Color("policy:N", scale=alt.Scale(scheme="tableau10"), legend=None), tooltip=["policy", "step", "tokens", alt.Tooltip("MiB:Q", format=".2f")])
         )
     if limit_mib is not None:
-        limit = pd.DataFrame({"MiB": [limit_mib], "label": [f"memory limit − weights: {limit_mib:,.1f} MiB"]})
-        rule = alt.Chart(limit).mark_rule(color="#d62728", strokeDash=[6, 3], strokeWidth=2).encode(y="MiB:Q", tooltip=["label"])
-        text = rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#d62728").encode(x=alt.value(0), text="label:N")
-        layers += [rule, text]
+        layers += limit_layers(limit_mib, float(frame["MiB"].max()) if len(frame) else 0.0)
     return alt.layer(*layers).properties(height=420).interactive(bind_y=False)
 
 
