@@ -218,11 +218,12 @@ def _recommend_table(records: Sequence[dict[str, Any]], c: sweeps.Constraints) -
     frame.insert(1, "meets constraints", frame["misses"] == "")
     frame["growth steps"] = [r["growth_steps"] for r in valid]
     frame["over-allocation %"] = [sweeps.over_allocation_pct(r) for r in valid]
-    cols = ["label", "meets constraints", "peak (MiB)", "growth steps", "over-allocation %", "over-allocation (MiB)",
-            "growth events", "bytes copied (MiB)", "misses"]
+    cols = ["label", "meets constraints", "misses", "peak (MiB)", "growth steps", "over-allocation %", "over-allocation (MiB)",
+            "growth events", "bytes copied (MiB)"]
     frame = frame.sort_values(["meets constraints", "peak_bytes"], ascending=[False, True])
     st.dataframe(frame[cols], hide_index=True, width="stretch",
-                 column_config={"over-allocation %": st.column_config.NumberColumn(format="%.1f"),
+                 column_config={"misses": st.column_config.TextColumn(width="large"),
+                                **{col: st.column_config.NumberColumn(format="%.1f") for col in cols if "MiB" in col or "%" in col},
                                 "growth events": st.column_config.NumberColumn(help="each layer's growth counted")})
 
 
@@ -239,10 +240,10 @@ def render_recommend(inputs: Inputs) -> None:
     _errors(records)
     best = sweeps.recommend(records, c)
     if best is not None:
+        head = f"Best so far ({pending} still computing)" if pending else "Recommended"
         st.success(
-            f"Recommended: **{best['label']}**: peak {best['peak_bytes'] / MIB:,.2f} MiB, "
-            f"{best['growth_steps']:,} growth steps, {sweeps.over_allocation_pct(best):,.1f}% "
-            f"({best['over_allocation_bytes'] / MIB:,.2f} MiB) over-allocated."
+            f"{head}: **{best['label']}**: peak {sweeps.size_text(best['peak_bytes'])}, {best['growth_steps']:,} growth steps, "
+            f"{sweeps.over_allocation_pct(best):,.1f}% ({sweeps.size_text(best['over_allocation_bytes'])}) over-allocated."
         )
     elif records:
         lines = "\n".join(f"- {line}" for line in sweeps.why_none(records, c))

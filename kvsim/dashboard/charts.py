@@ -84,7 +84,8 @@ def limit_layers(limit_mib: float, top_mib: float) -> list[alt.Chart]:
         limit = pd.DataFrame({"MiB": [limit_mib], "label": [label]})
         rule = alt.Chart(limit).mark_rule(color=LIMIT_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(y="MiB:Q", tooltip=["label"])
         return [rule, rule.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=LIMIT_COLOR).encode(x=alt.value(0), text="label:N")]
-    times = f", {limit_mib / top_mib:,.0f}x the highest point" if top_mib > 0 else ""
+    ratio = limit_mib / top_mib if top_mib > 0 else 0.0
+    times = f", {ratio:,.{0 if ratio >= 10 else 1}f}x the highest point" if ratio else ""
     note = pd.DataFrame({"label": [f"{label}: off the scale{times}"]})
     return [alt.Chart(note).mark_text(align="left", baseline="top", color=LIMIT_COLOR, fontWeight="bold")
             .encode(x=alt.value(6), y=alt.value(6), text="label:N", tooltip=["label"])]

@@ -169,7 +169,7 @@ class Constraints:
     with it, so a record past it carries ``first_step_over_limit``."""
 
 
-def _size(n_bytes: float) -> str:
+def size_text(n_bytes: float) -> str:
     """``3.1 GiB`` from 1 GiB, else ``60.0 MiB``."""
     return f"{n_bytes / GIB:,.1f} GiB" if abs(n_bytes) >= GIB else f"{n_bytes / MIB:,.1f} MiB"
 
@@ -189,8 +189,8 @@ def failures(record: Record, c: Constraints) -> list[str]:
     """Each constraint ``record`` misses, as a phrase with its figure and the bound (empty: it meets all)."""
     out = []
     if record.get("first_step_over_limit") is not None:
-        limit = "the limit" if c.limit_bytes is None else f"the {_size(c.limit_bytes)} limit"
-        out.append(f"peak {_size(record['peak_bytes'])} over {limit}")
+        limit = "the limit" if c.limit_bytes is None else f"the {size_text(c.limit_bytes)} limit"
+        out.append(f"peak {size_text(record['peak_bytes'])} over {limit}")
     if c.max_over_allocation_pct is not None and (pct := over_allocation_pct(record)) > c.max_over_allocation_pct:
         out.append(f"over-allocation {pct:,.1f}% over the {c.max_over_allocation_pct:g}% allowed")
     if c.max_growth_steps is not None and record["growth_steps"] > c.max_growth_steps:
