@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[2]
-VIEWS = ("Timeline", "Sweeps", "Layers", "Calibration", "Recommend")
+VIEWS = ("Will it fit?", "Timeline", "Sweeps", "Layers", "Calibration", "Recommend")  # kvsim.dashboard.pages.VIEWS
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -35,6 +36,11 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--hide-scrollbars",
 )
+
+
+def slug(view: str) -> str:
+    """A view's file name stem: ``Will it fit?`` is ``will-it-fit``."""
+    return re.sub(r"[^a-z0-9]+", "-", view.lower()).strip("-")
 
 
 def free_port() -> int:
@@ -68,6 +74,8 @@ READY_JS = """(() => {
   const status = document.querySelector('[data-testid="stStatusWidget"]');
   if (status && status.innerText.trim()) return false;  // "Running..."
   if (document.querySelector('[data-testid="stProgress"]')) return false;
+  const text = main.innerText;  // pages rerun as their simulations finish
+  if (text.includes("still computing") || /predicted\)?\.\.\./.test(text)) return false;
   return main.innerText.length > 40;
 })()"""
 
@@ -110,18 +118,23 @@ async def _capture(ws_url: str, url: str, settle_s: float, timeout_s: float) -> 
         return await _render_and_shoot(DevTools(ws), url, settle_s, timeout_s)
 
 
+async def _ready(tools: DevTools) -> bool:
+    done = await tools.call("Runtime.evaluate", expression=READY_JS, returnByValue=True)
+    return done.get("result", {}).get("value") is True
+
+
 async def _render_and_shoot(tools: DevTools, url: str, settle_s: float, timeout_s: float) -> bytes:
     await tools.call("Page.enable")
     await tools.call("Page.navigate", url=url)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done = await tools.call("Runtime.evaluate", expression=READY_JS, returnByValue=True)
-        if done.get("result", {}).get("value") is True:
-            break
+    while True:
+        if await _ready(tools):
+            await asyncio.sleep(settle_s)  # charts animate in; a rerun may start meanwhile
+            if await _ready(tools):
+                break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}: the app did not finish rendering in {timeout_s:.0f} s")
         await asyncio.sleep(0.25)
-    else:
-        raise TimeoutError(f"{url}: the app did not finish rendering in {timeout_s:.0f} s")
-    await asyncio.sleep(settle_s)  # charts animate in
     shot = await tools.call("Page.captureScreenshot", format="png")
     return base64.b64decode(shot["data"])
 
@@ -175,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_healthy(port)
         for view in args.views:
             query = f"view={quote(view)}" + (f"&{args.query}" if args.query else "")
-            out = args.out / f"{view.lower()}{args.suffix}.png"
+            out = args.out / f"{slug(view)}{args.suffix}.png"
             shoot(f"http://127.0.0.1:{port}/?{query}", out, args.size, args.settle_s, args.timeout_s)
             print(f"{view}: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     finally:
