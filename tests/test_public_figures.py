@@ -10,7 +10,7 @@ import pytest
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 REPORTS_PATH = ROOT_DIR / "data" / "public" / "mlx-lm-peak-reports.json"
-SCRIPT_PATH = ROOT_DIR / "data" / "public" / "predict_public.py"
+SCRIPT_PATH = ROOT_DIR / "docs" / "tools" / "predict_public.py"
 
 # field -> allowed types (None allowed where the report does not state it)
 REQUIRED_FIELDS: dict[str, tuple[type, ...]] = {

@@ -7,7 +7,7 @@ outputs y [B, T, Hv, Dv] in q's dtype and the new float32 state) and gated_delta
 tokens) elsewhere; tracing runs on the CPU, so kvsim sees the loop. The stand-in keeps the kernel's
 inputs alive until it runs and produces outputs of the kernel's shapes and dtypes.
 
-Usage: .venv/bin/python data/public/qwen35_kernel_whatif.py CONFIG PROMPT_TOKENS OUT.json [STEP [POLICY]]
+Usage: .venv/bin/python docs/tools/qwen35_kernel_whatif.py CONFIG PROMPT_TOKENS OUT.json [STEP [POLICY]]
 """
 import json
 import sys

@@ -5,7 +5,7 @@ with the report's prompt and generation lengths and the prefill step its mlx-lm 
 config run is the report's `config_file` with the report's quantization added (written to
 `kvsim/data/configs/public/<stem>-<bits>bit[-g<group>].json`, every other field verbatim). Usage:
 
-    .venv/bin/python data/public/predict_public.py [r01 r07 ...]   # default: every predictable row
+    .venv/bin/python docs/tools/predict_public.py [r01 r07 ...]   # default: every predictable row
 
 Each row is written back as soon as it is predicted (temp file + os.replace), so a long run can be
 stopped and resumed. The JSON keeps `kvsim_peak_gb` in the report's own unit (`peak_unit`: GB = 1e9,
