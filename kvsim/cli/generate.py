@@ -50,11 +50,16 @@ def parse_policy(text: str | None) -> dict[str, Any] | None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from kvsim.generation.config import load_model_config
-    from kvsim.generation.devices import device
-    from kvsim.generation.model import build_model
-    from kvsim.generation.predict import predict
-    from kvsim.generation.schedule import Workload
+    try:  # mlx-lm builds the model: the mlx extra, not the simulator's own needs
+        from kvsim.generation.config import load_model_config
+        from kvsim.generation.devices import device
+        from kvsim.generation.model import build_model
+        from kvsim.generation.predict import predict
+        from kvsim.generation.schedule import Workload
+    except ImportError as err:
+        print(f"kvsim: generate needs MLX and mlx-lm ({err.name} is not installed): pip install 'kvsim[mlx]'",
+              file=sys.stderr)
+        return 2
 
     try:
         dev = device(args.device) if args.device else None
