@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.generation.devices import mlx_device
+
 GIB = 1 << 30
 MIB = 1 << 20
-MAC_WORKING_SET_FRACTION = 0.75  # macOS recommendedMaxWorkingSetSize / RAM on large Macs (approximate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +42,12 @@ class DevicePreset:
     @property
     def working_set_bytes(self) -> int:
         """Usable GPU working set: macOS's recommended working set on Metal, else MLX's limit."""
-        if self.kind == "metal":
-            return int(MAC_WORKING_SET_FRACTION * self.ram_bytes)
-        return self.mlx_memory_limit_bytes
+        return mlx_device(self.name, self.ram_bytes, f"mlx-{self.kind}").working_set_bytes
 
     @property
     def mlx_memory_limit_bytes(self) -> int:
-        """MLX's default memory limit on this device's backend."""
-        if self.kind == "metal":
-            return int(min(1.5 * MAC_WORKING_SET_FRACTION * self.ram_bytes, 0.95 * self.ram_bytes))
-        if self.kind == "cuda":
-            return int(0.95 * self.ram_bytes)
-        return int(0.8 * self.ram_bytes)
+        """MLX's default memory limit on this device's backend (``kvsim.generation.devices.mlx_device``)."""
+        return mlx_device(self.name, self.ram_bytes, f"mlx-{self.kind}").memory_limit_bytes
 
 
 DEVICES: tuple[DevicePreset, ...] = (

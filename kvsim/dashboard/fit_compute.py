@@ -15,7 +15,7 @@ from typing import Any
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import ModelConfig, ModelConfigError, load_model_config
-from kvsim.generation.devices import DEVICES, GIB, Device
+from kvsim.generation.devices import DEVICES, GIB, Device, mlx_device
 from kvsim.generation.schedule import Workload
 
 MIB = 1 << 20
@@ -275,11 +275,11 @@ def detect_device() -> Device:
     info, ram = _mlx_info(), _ram_bytes() or 0
     mem = int(info.get("memory_size") or ram)
     if platform.system() == "Darwin" and platform.machine() == "arm64":
-        ws = int(info.get("max_recommended_working_set_size") or mem * (2 if mem <= 36 * GIB else 3) // (3 if mem <= 36 * GIB else 4))
-        return Device(THIS_MACHINE, mem, ws, min(ws * 3 // 2, mem * 95 // 100), "mlx-metal")
+        ws = int(info.get("max_recommended_working_set_size") or 0) or None
+        return mlx_device(THIS_MACHINE, mem, "mlx-metal", ws)
     if info.get("memory_size"):  # MLX reports a device memory size on its GPU backends only
-        return Device(THIS_MACHINE, mem, mem * 95 // 100, mem * 95 // 100, "mlx-cuda")
-    return Device(THIS_MACHINE, ram, ram * 4 // 5, ram * 4 // 5, "mlx-cpu")
+        return mlx_device(THIS_MACHINE, mem, "mlx-cuda")
+    return mlx_device(THIS_MACHINE, ram, "mlx-cpu")
 
 
 def device_choices() -> dict[str, Device]:
