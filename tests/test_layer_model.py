@@ -128,7 +128,11 @@ def test_gemma_style_final_kv_is_the_nbytes_of_mlx_lm_own_caches() -> None:
 
 def test_gemma_style_reference_run_matches_the_prediction() -> None:
     """The measured reference workload builds mlx-lm's rotating caches for the windowed layers; the simulator's
-    final active memory and peak agree with real MLX on the CPU."""
+    final active memory agrees with real MLX on the CPU, and its peak range holds the measured peaks.
+
+    The peak depends on how far the CPU stream's worker lags the graph builder: this machine measures
+    2,657,676 B at the third step (the point prediction is 2,657,684 B), a clean CI run once measured
+    2,569,744 B, a step whose transients were freed earlier. Both lie inside the predicted range."""
     from kvsim.calibration.measure import run_reference
 
     scenario = parse_scenario(_scenario_of(_mlx_lm_caches()))
@@ -137,4 +141,5 @@ def test_gemma_style_reference_run_matches_the_prediction() -> None:
     finals = [m.steps[-1].active_bytes for m in measured]
     peaks = [max(s.peak_bytes for s in m.steps) for m in measured]
     assert all(abs(predicted.final_active_bytes - f) <= 0.005 * f for f in finals), (predicted.final_active_bytes, finals)
-    assert min(peaks) * 0.99 <= predicted.peak_bytes <= max(peaks) * 1.01, (predicted.peak_bytes, peaks)
+    assert all(predicted.peak_low_bytes <= p <= predicted.peak_high_bytes for p in peaks), (predicted, peaks)
+    assert all(abs(predicted.peak_bytes - p) <= 0.05 * p for p in peaks), (predicted.peak_bytes, peaks)
