@@ -19,7 +19,7 @@ from mlx.utils import tree_flatten
 
 from kvsim.generation.model import BuiltModel
 from kvsim.generation.trace import Trace, subgraph, tracing
-from kvsim.sim.allocator import Allocator
+from kvsim.sim.allocator import Allocator, BufferCache
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
 from kvsim.sim.profile import BackendProfile
 
@@ -58,6 +58,10 @@ class EvalPeak:
     kv_before_bytes: int
     """Bytes of the caches' state held when the eval started."""
     kv_after_bytes: int
+    cache_after_bytes: int = 0
+    """``mx.get_cache_memory()`` when the eval ends (before any ``mx.clear_cache()`` that follows it)."""
+    footprint_bytes: int = 0
+    """Weights plus the largest active + cache bytes during the eval (what the process holds)."""
 
 
 @dataclass(slots=True)
@@ -71,6 +75,22 @@ class Playback:
     evals: list[EvalPeak] = field(default_factory=list)
     last_sizes: tuple[int, ...] = ()
     decode_evals: int = 0
+    buffer_cache: BufferCache | None = None
+    """The allocator's buffer cache as the last played eval left it, carried into the next eval."""
+    decode_cache_lengths: list[int] | None = None
+    """The cache's buffer lengths (oldest first) after the last played decode eval: a skipped step repeats it."""
+
+    def clear_cache(self) -> None:
+        """``mx.clear_cache()`` where ``generate_step`` calls it."""
+        if self.buffer_cache is not None:
+            self.buffer_cache.clear()
+
+    def repeat_decode(self) -> None:
+        """A decode step not played repeats the last played one's memory: its cache too."""
+        if self.decode_cache_lengths is not None:
+            self.buffer_cache = BufferCache(self.profile.reuse_window_bytes)
+            for n in self.decode_cache_lengths:
+                self.buffer_cache.put(n)
 
     def on_eval(self, outputs: list[mx.array]) -> None:
         state = cache_arrays(self.cache)
@@ -84,6 +104,7 @@ class Playback:
         if not prefill:
             self.decode_evals += 1
         if phase == "decode" and not grew:
+            self.repeat_decode()
             return  # the last played decode step's graph, a row longer: its memory repeats
         alloc = Allocator(self.profile)
         buffers = Buffers(alloc)
@@ -97,11 +118,18 @@ class Playback:
             if not buffers.table[bid].refs:
                 buffers.incref(bid)
         kv_before = alloc.active_bytes
+        if self.buffer_cache is not None:  # the held state is in place: the cache earlier evals left
+            alloc.cache = self.buffer_cache
         alloc.reset_peak()
+        alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
+        self.buffer_cache = alloc.cache
+        if phase == "decode":
+            self.decode_cache_lengths = list(alloc.cache._lru.values())
         offset = next((c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)), 0)
         self.evals.append(EvalPeak(phase, offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
-                                   kv_before, sum(sizes)))
+                                   kv_before, sum(sizes), alloc.cache_bytes,
+                                   self.weights_bytes + alloc.footprint_peak_bytes))
 
 
 def _is_state(outputs: list[mx.array], state: list[mx.array]) -> bool:
@@ -159,12 +187,16 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
                 mx.eval([c.state for c in cache])
             else:
                 _advance(cache, t, n, w)
+            pb.clear_cache()  # generate.py L463
         y = _step(built, prompt[:, -1:], cache, w)  # the last prompt token
         for n in range(w.max_tokens):
             if n in (0, w.max_tokens - 1) or _changes(cache, w):
                 y = _step(built, y[None], cache, w)
             else:
                 _advance(cache, t, 1, w)
+                pb.repeat_decode()
+            if n % 256 == 0:
+                pb.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
     return pb.evals, sum(a.nbytes for a in cache_arrays(cache))
 
 

@@ -87,6 +87,7 @@ class Allocator:
         self.active_bytes = 0
         self.peak_bytes = 0
         self.fresh_bytes = 0  # bytes the last malloc took from the system (0 when reused)
+        self.footprint_peak_bytes = 0  # largest active + cache: only a miss raises it (kvsim generate's resident)
 
     @property
     def cache_bytes(self) -> int:
@@ -108,6 +109,8 @@ class Allocator:
                     self.cache.release(over)
         self.active_bytes += length
         self.peak_bytes = max(self.peak_bytes, self.active_bytes)
+        if self.fresh_bytes:
+            self.footprint_peak_bytes = max(self.footprint_peak_bytes, self.active_bytes + self.cache_bytes)
         if p.rounding != "none" and self.cache_bytes > p.cache_limit_bytes:
             self.cache.release(self.cache_bytes - p.cache_limit_bytes)
         return length
