@@ -55,6 +55,10 @@ class BackendProfile:
     replacement). Real runs free a model's activations sooner than the KV workload's fit predicts: the host
     runs fewer tasks (CPU) or command buffers (GPU) ahead of the device (``kvsim.generation.schedule``).
 
+    ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
+    imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
+    adds it to the weights and the largest active + cache bytes for the process's resident footprint.
+
     Load (CPU, fitted): the event model plays a quiet host, whose host thread runs ahead of the worker.
     On a busy host the host thread is descheduled while the worker completes the tasks in flight and
     frees their inputs, so a run peaks lower. ``load_transient_share`` is the share of each step's
@@ -102,6 +106,7 @@ class BackendProfile:
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight, fitted; 0: max_active_tasks
+    process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
