@@ -80,6 +80,11 @@ class Playback:
     decode_cache_lengths: list[int] | None = None
     """The cache's buffer lengths (oldest first) after the last played decode eval: a skipped step repeats it."""
 
+    @property
+    def cache_bytes(self) -> int:
+        """``mx.get_cache_memory()`` now."""
+        return self.buffer_cache.cache_bytes if self.buffer_cache is not None else 0
+
     def clear_cache(self) -> None:
         """``mx.clear_cache()`` where ``generate_step`` calls it."""
         if self.buffer_cache is not None:
@@ -122,10 +127,14 @@ class Playback:
             alloc.cache = self.buffer_cache
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
+        state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
         run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
         self.buffer_cache = alloc.cache
-        if phase == "decode":
+        if phase == "decode":  # a repeat frees the step's own buffers, not the state a growth replaced
             self.decode_cache_lengths = list(alloc.cache._lru.values())
+            for bid, n in state_lengths.items():
+                if bid not in buffers.table and n in self.decode_cache_lengths:
+                    self.decode_cache_lengths.remove(n)
         offset = next((c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)), 0)
         self.evals.append(EvalPeak(phase, offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
                                    kv_before, sum(sizes), alloc.cache_bytes,
@@ -158,7 +167,15 @@ def cache_arrays(cache: list[Any]) -> list[mx.array]:
 
 def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfile,
                     cache: list[Any] | None = None) -> tuple[list[EvalPeak], int]:
-    """Play a generation on the stand-in model; return every played eval and the caches' final bytes.
+    """Play a generation on the stand-in model; return every played eval and the caches' final bytes."""
+    pb, kv = play(built, workload, profile, cache)
+    return pb.evals, kv
+
+
+def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
+         cache: list[Any] | None = None) -> tuple[Playback, int]:
+    """Play a generation on the stand-in model; return the playback (its evals, the buffer cache at the end)
+    and the caches' final bytes.
 
     Follows ``generate_step`` (mlx-lm 0.32.2 ``generate.py`` L431-461): prefill chunks of
     ``prefill_step_size`` (the last prompt token left over), each followed by ``quantize_cache_fn``,
@@ -197,7 +214,7 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
                 pb.repeat_decode()
             if n % 256 == 0:
                 pb.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
-    return pb.evals, sum(a.nbytes for a in cache_arrays(cache))
+    return pb, sum(a.nbytes for a in cache_arrays(cache))
 
 
 MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}
