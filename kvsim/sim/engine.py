@@ -116,13 +116,17 @@ class Engine:
 
     def step(self, start: int, n: int) -> StepOutcome:
         """Build and evaluate one step's graph; update the layers' state."""
+        return self.play_step(self.plan(start, n))
+
+    def play_step(self, plan: list[tuple[LayerState, int, Growth | None]]) -> StepOutcome:
+        """``step`` with its plan made: each layer's rows and growth."""
         for bid in self.prev_outputs:  # `outs = []` drops last step's outputs
             self.buffers.decref(bid, 0.0)
         self.prev_outputs = []
         self.alloc.reset_peak()
         build = _StepBuild(StepGraph())
         self.barrier_s, self.barrier_arrays = 0.0, 0
-        for i, (st, rows, growth) in enumerate(self.plan(start, n)):
+        for i, (st, rows, growth) in enumerate(plan):
             if rows or st.held_rows:
                 self._add_layer(build, i, st, rows, growth)
         held, seconds = self._evaluate(build)

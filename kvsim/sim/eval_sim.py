@@ -12,7 +12,6 @@ time order, which is what decides the peak.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,10 +43,11 @@ class Buffers:
     alloc: Allocator
     on_event: Callable[[str, Buffer, float], None] | None = None
     table: dict[int, Buffer] = field(default_factory=dict)
-    ids: itertools.count = field(default_factory=itertools.count)
+    next_id: int = 0  # the id the next buffer gets
 
     def new(self, nbytes: int, t: float, label: tuple[int, str] | None = None, refs: int = 0) -> int:
-        bid = next(self.ids)
+        bid = self.next_id
+        self.next_id = bid + 1
         self.table[bid] = buf = Buffer(self.alloc.malloc(nbytes), refs, label)
         if self.on_event and label is not None:
             self.on_event("alloc", buf, t)

@@ -31,11 +31,14 @@ import math
 from dataclasses import dataclass
 
 from kvsim.scenario.parse import Scenario
+from kvsim.sim import step_cache
 from kvsim.sim.allocator import rounded_size
-from kvsim.sim.engine import Engine, simulate_timeline
+from kvsim.sim.engine import Engine, StepOutcome, simulate_timeline
+from kvsim.sim.eval_sim import Buffer
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import MemoryEvent, TimelineRun
 from kvsim.sim.timeline import Timeline
+from policies.growth import LowPeakPolicy
 
 FLOAT_RTOL = 1e-9  # clocks and step seconds: affine within float rounding
 MAX_CYCLE_ITERATIONS = 512  # longest cycle (loop iterations) looked for
@@ -182,6 +185,43 @@ class FastEngine(Engine):
         self.timeline = Timeline()  # skipped cycles are affine blocks, made into runs when read
         self.decisions: list[tuple[int, ...]] = []
         self.logging = False  # decisions are logged from the first candidate cycle on (it costs a call per malloc)
+        s, w = self.scenario, self.scenario.workload
+        self._static = step_cache.static_id((  # what a step reads that no step changes
+            self.profile, s.consumer, w.prefill_chunk, w.batch, tuple(self.pool_buffers.items()),
+            tuple((st.spec, st.components, isinstance(st.policy, LowPeakPolicy)) for st in self.layers),
+        ))
+
+    def step(self, start: int, n: int) -> StepOutcome:
+        """``Engine.step``, or the same step's result from ``kvsim.sim.step_cache`` where this state met it before."""
+        plan = self.plan(start, n)
+        if self.record_events or self.eval_state.commit_nodes is not None:  # events carry step indices and times
+            return self.play_step(plan)
+        key = (self._static, self.logging, tuple((rows, growth) for _, rows, growth in plan), step_cache.capture(self))
+        entry = step_cache.get(key)
+        if entry is None:
+            entry = self._played(plan)
+            step_cache.put(key, entry)
+            return StepOutcome(*entry.outcome)
+        step_cache.restore(self, entry.after, Buffer)
+        self.alloc.peak_bytes = entry.peak_bytes
+        self.alloc.footprint_peak_bytes = max(self.alloc.footprint_peak_bytes, entry.footprint_bytes)
+        self.grow_events += entry.grow_events
+        self.bytes_copied += entry.bytes_copied
+        self.decisions.extend(entry.decisions)
+        return StepOutcome(*entry.outcome)
+
+    def _played(self, plan: list) -> step_cache.StepEntry:
+        """Play the step; return what it did, for the step cache."""
+        footprint, self.alloc.footprint_peak_bytes = self.alloc.footprint_peak_bytes, 0
+        grow_events, logged = self.grow_events, len(self.decisions)
+        out = self.play_step(plan)
+        step_footprint = self.alloc.footprint_peak_bytes
+        self.alloc.footprint_peak_bytes = max(footprint, step_footprint)
+        return step_cache.StepEntry(
+            step_cache.capture(self), self.alloc.peak_bytes, step_footprint,
+            (out.active_bytes, out.cache_bytes, out.peak_bytes, out.seconds, out.grew, out.copied_bytes),
+            self.grow_events - grow_events, out.copied_bytes, tuple(self.decisions[logged:]),
+        )
 
     def _log_decisions(self) -> None:
         """Wrap this engine's allocator so that each malloc and free appends its decision."""

@@ -12,6 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from kvsim.sim import step_cache
+
 MAX_ENTRIES = 128  # results kept (least recently used dropped first)
 
 T = TypeVar("T")
@@ -43,4 +45,6 @@ def cached(k: Hashable, compute: Callable[[], T], keep: Callable[[T], bool] = la
 
 
 def clear() -> None:
+    """Forget every result, and every step result (``kvsim.sim.step_cache``)."""
     _results.clear()
+    step_cache.clear()
