@@ -17,6 +17,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from kvsim.generation.kernels import metal_kernels
 from kvsim.generation.model import BuiltModel
 from kvsim.generation.trace import Trace, subgraph, tracing
 from kvsim.sim.allocator import Allocator, BufferCache
@@ -193,7 +194,8 @@ def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
     prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
     chunks = _chunks(w)
-    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile)) as t:
+    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile)) as t, \
+            metal_kernels(t, profile):
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
