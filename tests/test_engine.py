@@ -27,7 +27,7 @@ def test_step_patterns_match_brute_force(ratios: list[int], start: int, count: i
         p = frozenset(r for r in ratios if (t + 1) % r == 0)
         want[p] = want.get(p, 0) + 1
         want_last[p] = t
-    assert counts == want and last == want_last
+    assert counts == want and last == want_last and list(counts) == list(want)  # order: first appearance
 
 
 def step_by_step(obj: dict, backend: str = "mlx-cpu") -> list[tuple[int, int]]:

@@ -19,6 +19,7 @@ from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffer, Buffers, EvalState, donatable, run_eval
 from kvsim.sim.graph import StepGraph
 from kvsim.sim.layer_ops import Component, LayerStep, fetch_held, read, update
+from kvsim.sim.layer_template import LayerTemplate
 from kvsim.sim.patterns import step_patterns
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.result import MemoryEvent, TimelineRun
@@ -126,9 +127,13 @@ class Engine:
         self.alloc.reset_peak()
         build = _StepBuild(StepGraph())
         self.barrier_s, self.barrier_arrays = 0.0, 0
+        templates: dict[tuple, LayerTemplate] = {}
+        shapes: list[int] | None = []  # the layers' topologies: the step's, unless a barrier eval intervenes
         for i, (st, rows, growth) in enumerate(plan):
             if rows or st.held_rows:
-                self._add_layer(build, i, st, rows, growth)
+                shape = self._add_layer_once(build, templates, i, st, rows, growth)
+                shapes = None if shape is None or shapes is None else [*shapes, shape]
+        build.graph.topology = None if shapes is None else tuple(shapes)
         held, seconds = self._evaluate(build)
         self._store(build, held)
         self.prev_outputs = [held[o] for o in build.graph.outputs]
@@ -137,6 +142,35 @@ class Engine:
             self.alloc.active_bytes, self.alloc.cache_bytes, self.alloc.peak_bytes, seconds, build.grew,
             build.copied_bytes,
         )
+
+    def _add_layer_once(self, build: _StepBuild, templates: dict[tuple, LayerTemplate], i: int, st: LayerState,
+                        rows: int, growth: Growth | None) -> int | None:
+        """``_add_layer``, or a copy of an identical layer's part built earlier in this step; returns the
+        layer's topology id (``None`` for a lowpeak growth, whose barrier evals are played as they come)."""
+        lay = st.spec
+        if growth is not None and growth.mechanism is Mechanism.CONCAT and isinstance(st.policy, LowPeakPolicy):
+            self._add_layer(build, i, st, rows, growth)
+            return None
+        pooled = (lay.kv_heads, lay.head_dim, lay.dtype) in build.pools
+        key = (lay, st.components, rows, st.held_rows, st.capacity_rows, st.buffer_rows, growth, tuple(st.buffers), pooled)
+        t = templates.get(key)
+        if t is None:
+            g = build.graph
+            first, grow_events, copied, leaves = len(g.arrays), self.grow_events, build.copied_bytes, len(build.leaf_buffers)
+            self._add_layer(build, i, st, rows, growth)
+            mine = {st.buffers[c.name]: c.name for c in st.components if c.name in st.buffers}
+            layer_leaves = {mine[b]: x for x, b in list(build.leaf_buffers.items())[leaves:] if b in mine}
+            added = self.grow_events - grow_events
+            t = templates[key] = LayerTemplate.record(  # past the pool leaf a first layer of its shape made
+                g, first + (not pooled), layer_leaves, pooled, added, build.copied_bytes - copied, added > 0, bool(rows))
+            return t.topology
+        t.copy_into(build.graph, i, st.buffers, build.leaf_buffers)
+        if t.written:
+            build.written.append((i, st, growth, rows))
+        self.grow_events += t.grow_events
+        build.copied_bytes += t.copied_bytes
+        build.grew = build.grew or t.grew
+        return t.topology
 
     def _add_layer(self, build: _StepBuild, i: int, st: LayerState, rows: int, growth: Growth | None) -> None:
         """One layer's part of the step graph: its update (or fetch) and the consumer's read."""

@@ -13,7 +13,7 @@ time order, which is what decides the peak.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from kvsim.sim.allocator import Allocator
@@ -203,6 +203,48 @@ def run_eval(
     return {x: b for x, b in buf_of.items() if arrays[x].py_held}, end_t - start_t
 
 
+@dataclass(frozen=True, slots=True)
+class EvalPlan:
+    """What ``prepare`` derives from a graph's shape alone (its sizes aside)."""
+
+    order: list[int]  # MLX's tape order (``tape.execution_order``)
+    pending: tuple[int, ...]  # per array: how many scheduled ops read it
+    eager: tuple[int, ...]  # eager scalars, allocated while Python built the graph
+    drops: tuple[int, ...]  # arrays nothing evaluated reaches: eager scalars, and leaves Python does not hold
+
+
+MAX_PLANS = 256  # shapes kept; more are not expected (a shape is a sequence of layer topologies)
+_plans: dict[Hashable, EvalPlan] = {}
+
+
+def plan(g: StepGraph, profile: BackendProfile) -> EvalPlan:
+    """The graph's ``EvalPlan``; kept per shape (``StepGraph.topology``) where the graph names one."""
+    key = None if g.topology is None else (g.topology, profile.bfs_max_width)
+    found = None if key is None else _plans.get(key)
+    if found is not None:
+        return found
+    arrays = g.arrays
+    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
+    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
+    pending = [0] * len(arrays)
+    for a in order:
+        for x in arrays[a].inputs:
+            pending[x] += 1
+    reachable = _reachable(g, scheduled)
+    eager = tuple(i for i, arr in enumerate(arrays) if arr.eager)
+    drops = tuple(i for i, arr in enumerate(arrays) if i not in reachable and (arr.eager or not arr.prim))
+    found = EvalPlan(order, tuple(pending), eager, drops)
+    if key is not None:
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        _plans[key] = found
+    return found
+
+
+def clear_plans() -> None:
+    _plans.clear()
+
+
 def prepare(
     g: StepGraph, leaf_buffers: dict[int, int], buffers: Buffers, profile: BackendProfile, host_t: float
 ) -> tuple[list[int], dict[int, int], list[int]]:
@@ -212,25 +254,17 @@ def prepare(
     unreachable arrays that Python does not hold.
     """
     arrays = g.arrays
-    order = execution_order(arrays, g.outputs, profile.bfs_max_width)
-    scheduled = set(order) | {s for a in order for s in arrays[a].siblings}
-    buf_of: dict[int, int] = dict(leaf_buffers)
-    pending = [0] * len(arrays)
-    for a in order:
-        for x in arrays[a].inputs:
-            pending[x] += 1
     for o in g.outputs:
         arrays[o].py_held = True
-    for i, arr in enumerate(arrays):
-        if arr.eager:
-            buf_of[i] = buffers.new(arr.nbytes, host_t, refs=1)
-    reachable = _reachable(g, scheduled)
-    for i, arr in enumerate(arrays):
-        if arr.eager and i not in reachable:
+    p = plan(g, profile)
+    buf_of: dict[int, int] = dict(leaf_buffers)
+    for i in p.eager:
+        buf_of[i] = buffers.new(arrays[i].nbytes, host_t, refs=1)
+    for i in p.drops:
+        arr = arrays[i]
+        if arr.eager or (i in buf_of and not arr.py_held):
             buffers.decref(buf_of.pop(i), host_t)
-        elif not arr.prim and i not in reachable and i in buf_of and not arr.py_held:
-            buffers.decref(buf_of.pop(i), host_t)
-    return order, buf_of, pending
+    return p.order, buf_of, list(p.pending)
 
 
 def _output_buffer(

@@ -7,7 +7,7 @@ other ops allocate their output at dispatch unless they donate an input's buffer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 VIEW_PRIMS = frozenset({"Slice", "Broadcast", "Squeeze", "Transpose", "ExpandDims"})
@@ -64,6 +64,7 @@ class StepGraph:
 
     arrays: list[Array] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
+    topology: Hashable | None = None  # names the graph's shape (sizes aside) where known: its order is reused
 
     def leaf(self, nbytes: int, buffer_id: int, py_held: bool = True, label: tuple[int, str] | None = None) -> int:
         self.arrays.append(Array(nbytes, py_held=py_held, buffer_id=buffer_id, label=label))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from kvsim.sim import step_cache
+from kvsim.sim.eval_sim import clear_plans
 
 MAX_ENTRIES = 128  # results kept (least recently used dropped first)
 
@@ -45,6 +46,7 @@ def cached(k: Hashable, compute: Callable[[], T], keep: Callable[[T], bool] = la
 
 
 def clear() -> None:
-    """Forget every result, and every step result (``kvsim.sim.step_cache``)."""
+    """Forget every result, every step result (``kvsim.sim.step_cache``) and every evaluation plan."""
     _results.clear()
     step_cache.clear()
+    clear_plans()

@@ -3,28 +3,37 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from functools import cache
+
+
+@cache
+def _by_residue(ratios: tuple[int, ...]) -> tuple[frozenset[int], ...]:
+    """The pattern of a step whose ``t + 1`` is ``j`` modulo the ratios' lcm, for each ``j``."""
+    return tuple(frozenset(r for r in ratios if j % r == 0) for j in range(math.lcm(*ratios)))
 
 
 def step_patterns(ratios: list[int], start: int, count: int) -> tuple[dict[frozenset[int], int], dict[frozenset[int], int]]:
     """For decode steps ``start .. start+count-1``: how many steps give rows to exactly the
-    ratios in each pattern (the ratios dividing t+1), and the last step of each pattern."""
+    ratios in each pattern (the ratios dividing t+1), in order of first appearance, and the last
+    step of each pattern."""
+    table = _by_residue(tuple(ratios))
+    period = len(table)
 
-    def pattern(t: int) -> frozenset[int]:
-        return frozenset(r for r in ratios if (t + 1) % r == 0)
+    def window(first: int, n: int) -> list[frozenset[int]]:  # patterns of steps first .. first+n-1 (n <= period)
+        j = (first + 1) % period
+        return list(table[j:j + n]) + list(table[:max(0, j + n - period)])
 
-    period = math.lcm(*ratios)
     end = start + count
-    counts: dict[frozenset[int], int] = {}
     if count <= 2 * period:
-        for t in range(start, end):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
+        counts = Counter(window(start, min(count, period)))
+        counts.update(window(start + period, count - period) if count > period else [])
     else:  # whole periods, then the remainder
         whole, rest = divmod(count, period)
-        for t in range(start, start + period):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + whole
-        for t in range(start + whole * period, end):
-            counts[pattern(t)] = counts.get(pattern(t), 0) + 1
+        counts = Counter({p: n * whole for p, n in Counter(window(start, period)).items()})
+        counts.update(window(start + whole * period, rest))
+    tail = max(start, end - period)
     last: dict[frozenset[int], int] = {}
-    for t in range(end - 1, max(start, end - period) - 1, -1):
-        last.setdefault(pattern(t), t)
-    return counts, last
+    for k, p in enumerate(reversed(window(tail, end - tail))):
+        last.setdefault(p, end - 1 - k)
+    return dict(counts), last
