@@ -17,10 +17,11 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from kvsim.generation.cache_carry import CarriedCache
 from kvsim.generation.kernels import metal_kernels
 from kvsim.generation.model import BuiltModel
 from kvsim.generation.trace import Trace, subgraph, tracing
-from kvsim.sim.allocator import Allocator, BufferCache
+from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
 from kvsim.sim.profile import BackendProfile
 
@@ -76,27 +77,19 @@ class Playback:
     evals: list[EvalPeak] = field(default_factory=list)
     last_sizes: tuple[int, ...] = ()
     decode_evals: int = 0
-    buffer_cache: BufferCache | None = None
-    """The allocator's buffer cache as the last played eval left it, carried into the next eval."""
-    decode_cache_lengths: list[int] | None = None
-    """The cache's buffer lengths (oldest first) after the last played decode eval: a skipped step repeats it."""
+    carry: CarriedCache = field(init=False)
+    """MLX's buffer cache from eval to eval (``kvsim.generation.cache_carry``)."""
 
-    @property
-    def cache_bytes(self) -> int:
-        """``mx.get_cache_memory()`` now."""
-        return self.buffer_cache.cache_bytes if self.buffer_cache is not None else 0
+    def __post_init__(self) -> None:
+        self.carry = CarriedCache(self.profile)
 
     def clear_cache(self) -> None:
         """``mx.clear_cache()`` where ``generate_step`` calls it."""
-        if self.buffer_cache is not None:
-            self.buffer_cache.clear()
+        self.carry.clear()
 
     def repeat_decode(self) -> None:
         """A decode step not played repeats the last played one's memory: its cache too."""
-        if self.decode_cache_lengths is not None:
-            self.buffer_cache = BufferCache(self.profile.reuse_window_bytes)
-            for n in self.decode_cache_lengths:
-                self.buffer_cache.put(n)
+        self.carry.repeat()
 
     def on_eval(self, outputs: list[mx.array]) -> None:
         state = cache_arrays(self.cache)
@@ -124,18 +117,12 @@ class Playback:
             if not buffers.table[bid].refs:
                 buffers.incref(bid)
         kv_before = alloc.active_bytes
-        if self.buffer_cache is not None:  # the held state is in place: the cache earlier evals left
-            alloc.cache = self.buffer_cache
+        self.carry.install(alloc)  # the held state is in place: the cache earlier evals left
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
         run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
-        self.buffer_cache = alloc.cache
-        if phase == "decode":  # a repeat frees the step's own buffers, not the state a growth replaced
-            self.decode_cache_lengths = list(alloc.cache._lru.values())
-            for bid, n in state_lengths.items():
-                if bid not in buffers.table and n in self.decode_cache_lengths:
-                    self.decode_cache_lengths.remove(n)
+        self.carry.played(alloc, phase, [n for b, n in state_lengths.items() if b not in buffers.table])
         offset = next((c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)), 0)
         self.evals.append(EvalPeak(phase, offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
                                    kv_before, sum(sizes), alloc.cache_bytes,
