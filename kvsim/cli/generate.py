@@ -90,7 +90,7 @@ def _fit(built: Any, w: Any, dev: Any, backend: str, policy: dict[str, Any] | No
          no_search: bool) -> dict[str, Any]:
     from kvsim.generation.verdict import context_per_policy, verdict, what_fits
 
-    v = verdict(pred.peak_bytes, dev)
+    v = verdict(pred.peak_bytes, dev, pred)
     out: dict[str, Any] = {"verdict": v.to_json()}
     if not v.fits:
         out["fixes"] = [{"flags": o.label, "peak_bytes": p.peak_bytes, "fits": verdict(p.peak_bytes, dev).fits}
@@ -115,11 +115,20 @@ def _text(o: dict[str, Any]) -> str:
         f"  weights  {_gb(o['weights_bytes'])}",
         f"  KV       {_gb(o['peak_kv_bytes'])} at the peak, {_gb(o['kv_bytes'])} at the end",
         f"  transient {_gb(o['transient_bytes'])} (the step's activations and KV growth copies)",
+        f"cache      {_gb(o['cache_bytes'])} at the end (mx.get_cache_memory()); at most "
+        f"{_gb(o['resident_cache_bytes'])} above the peak",
+        f"resident   {_gb(o['resident_bytes'])}  (weights + largest active + cache {_gb(o['footprint_bytes'])}"
+        + (f", process baseline {_gb(o['baseline_bytes'])})" if o["baseline_bytes"] else
+           ", process baseline not measured for this backend)"),
     ]
     if "verdict" in o:
         v = o["verdict"]
         lines.append(f"device     {v['device']}: GPU working set {_gb(v['working_set_bytes'])}, MLX limit "
                      f"{_gb(v['memory_limit_bytes'])} -> {v['status'].upper()}")
+        lines.append(f"  resident {_gb(v['resident_bytes'])} of {_gb(v['memory_bytes'])} memory -> "
+                     + ("fits" if v["resident_fits"] else "DOES NOT FIT")
+                     + (f"; wired at most {_gb(v['wired_bytes'])} (min(active + cache, working set))"
+                        if "wired_bytes" in v else ""))
         for fix in o.get("fixes", []):
             lines.append(f"  {'fits ' if fix['fits'] else 'still over'} with {fix['flags']}: peak {_gb(fix['peak_bytes'])}")
         for name, n in o.get("longest_prompt_tokens", {}).items():

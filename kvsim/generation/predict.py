@@ -7,14 +7,15 @@ from typing import Any
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.schedule import EvalPeak, Workload, play_generation
+from kvsim.generation.schedule import EvalPeak, Workload, play, play_generation
 from kvsim.sim.peak_range import point_estimate, profile_range
 from kvsim.sim.profile import load_profile
 
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """What ``mx.get_peak_memory()`` reads after the generation, and its parts."""
+    """What ``mx.get_peak_memory()`` reads after the generation, and its parts; MLX's buffer cache and the
+    process's resident footprint."""
 
     model: str
     """The config's source and ``model_type``."""
@@ -38,6 +39,23 @@ class Prediction:
     peak_low_bytes: int | None = None
     """GPU backends: the low end of the range a run's peak falls in (frees land asynchronously)."""
     peak_high_bytes: int | None = None
+    cache_bytes: int = 0
+    """``mx.get_cache_memory()`` after the generation: the freed buffers MLX keeps for reuse, those of the
+    steps since mlx-lm's last ``mx.clear_cache()`` (after each prefill chunk, every 256 decode tokens)."""
+    footprint_bytes: int = 0
+    """What MLX holds at most: weights plus the largest active + cache bytes of any eval (>= ``peak_bytes``)."""
+    baseline_bytes: int = 0
+    """The process before the model: the profile's ``process_baseline_bytes`` (0: not measured)."""
+
+    @property
+    def resident_bytes(self) -> int:
+        """The process's resident footprint at its largest: the baseline plus what MLX holds."""
+        return self.baseline_bytes + self.footprint_bytes
+
+    @property
+    def resident_cache_bytes(self) -> int:
+        """The buffer cache's part of the footprint: what it holds above the peak's active bytes."""
+        return max(self.footprint_bytes - self.peak_bytes, 0)
 
     @property
     def transient_bytes(self) -> int:
@@ -52,7 +70,9 @@ class Prediction:
             "kv_bits": w.kv_bits, "kv_group_size": w.kv_group_size, "policy": self.policy,
             "peak_bytes": self.peak_bytes, "weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
             "peak_kv_bytes": self.peak_kv_bytes, "transient_bytes": self.transient_bytes,
-            "peak_phase": self.peak_phase, "peak_offset": self.peak_offset,
+            "peak_phase": self.peak_phase, "peak_offset": self.peak_offset, "cache_bytes": self.cache_bytes,
+            "resident_bytes": self.resident_bytes, "footprint_bytes": self.footprint_bytes,
+            "baseline_bytes": self.baseline_bytes, "resident_cache_bytes": self.resident_cache_bytes,
             **({"peak_low_bytes": self.peak_low_bytes, "peak_high_bytes": self.peak_high_bytes}
                if self.peak_low_bytes is not None else {}),
         }
@@ -67,7 +87,8 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
 
         cache = make_prompt_cache(built.model, policy=policy)
     profile = load_profile(backend)
-    evals, kv = play_generation(built, workload, profile, cache)
+    pb, kv = play(built, workload, profile, cache)
+    evals = pb.evals
     top = max(evals, key=lambda e: e.peak_bytes)
     peak, low, high = top.peak_bytes, None, None
     if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
@@ -75,9 +96,11 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
                 (profile.variant("low"), profile.variant("high"), profile.floor_variant())]
         low, high = (int(x) for x in profile_range(profile, peak, ends[0], ends[1], ends[2]))
         peak = int(point_estimate(peak, ends[0], ends[1], profile.peak_point_weight))
+    footprint = max(peak, built.weights_bytes + pb.carry.repeat_footprint_bytes,  # (a GPU point may exceed
+                    *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,
                       peak, built.weights_bytes, kv, top.kv_after_bytes, top.phase, top.offset, tuple(evals),
-                      low, high)
+                      low, high, pb.carry.cache_bytes, footprint, profile.process_baseline_bytes)
 
 
 def _peak(built: BuiltModel, workload: Workload, profile: Any, policy: dict[str, Any] | None) -> int:

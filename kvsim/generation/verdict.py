@@ -2,7 +2,12 @@
 
 A cannot-fit is a verdict, never an error. The peak is held against the device's GPU working set (past
 it a Mac pages or MLX's wired memory stops covering the model) and MLX's memory limit (past it, ``eval``
-waits for memory that never comes, or fails).
+waits for memory that never comes, or fails). The resident footprint (weights, the largest active + cache,
+the process's baseline) is held against the device's memory: on a Mac the unified RAM, on a GPU its memory
+(MLX's buffers live there; the process baseline is host memory, not counted). On Metal, mlx-lm's
+``stream_generate`` sets the wired limit to the recommended working set (``mlx_lm/utils.py``
+``maybe_set_recommended_wired_limit``), and cached buffers stay in the residency set until released, so the
+OS's wired figure is about ``min(active + cache, working set)`` (``mlx/backend/metal/resident.cpp``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,15 @@ class Verdict:
     peak_bytes: int
     status: str
     """``fits``, ``over the GPU working set`` or ``over MLX's memory limit``."""
+    resident_bytes: int = 0
+    """The footprint held against the device's memory (0: not given): MLX's weights + active + cache at
+    most, plus the process baseline where that shares the memory (a Mac, the CPU)."""
+    wired_bytes: int | None = None
+    """Metal: the wired figure at most, ``min(footprint, working set)``; ``None`` elsewhere."""
+
+    @property
+    def resident_fits(self) -> bool:
+        return self.resident_bytes <= self.device.memory_bytes
 
     @property
     def fits(self) -> bool:
@@ -42,14 +56,29 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         d = self.device
-        return {"device": d.name, "working_set_bytes": d.working_set_bytes, "memory_limit_bytes": d.memory_limit_bytes,
-                "status": self.status, "fits": self.fits, "headroom_bytes": self.headroom_bytes}
+        out = {"device": d.name, "working_set_bytes": d.working_set_bytes, "memory_limit_bytes": d.memory_limit_bytes,
+               "status": self.status, "fits": self.fits, "headroom_bytes": self.headroom_bytes,
+               "memory_bytes": d.memory_bytes, "resident_bytes": self.resident_bytes,
+               "resident_fits": self.resident_fits}
+        return out if self.wired_bytes is None else {**out, "wired_bytes": self.wired_bytes}
 
 
-def verdict(peak_bytes: int, device: Device) -> Verdict:
+def verdict(peak_bytes: int, device: Device, pred: Prediction | None = None) -> Verdict:
+    """``peak_bytes`` against ``device``'s limits; with ``pred``, its resident footprint against the memory."""
     if peak_bytes <= device.working_set_bytes:
-        return Verdict(device, peak_bytes, FITS)
-    return Verdict(device, peak_bytes, OVER_WORKING_SET if peak_bytes <= device.memory_limit_bytes else OVER_LIMIT)
+        status = FITS
+    else:
+        status = OVER_WORKING_SET if peak_bytes <= device.memory_limit_bytes else OVER_LIMIT
+    if pred is None:
+        return Verdict(device, peak_bytes, status)
+    return Verdict(device, peak_bytes, status, resident_on_device(pred, device),
+                   min(pred.footprint_bytes, device.working_set_bytes) if device.backend == "mlx-metal" else None)
+
+
+def resident_on_device(pred: Prediction, device: Device) -> int:
+    """The part of ``pred``'s resident footprint in ``device``'s memory: all of it on a Mac (unified) or the
+    CPU; on a CUDA GPU what MLX holds there (the process baseline is host memory)."""
+    return pred.footprint_bytes if device.backend == "mlx-cuda" else pred.resident_bytes
 
 
 def longest_context(fits: Callable[[int], bool], start_tokens: int, max_tokens_limit: int = 1 << 20) -> int:
