@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kvsim.dashboard import charts, sweeps
+from kvsim.dashboard import charts, drawn, sweeps
 from kvsim.dashboard.calibration import calibration_dir, compare
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.params import NO_AXIS, PARAMS, SWEEP_DEFAULTS, SWEEP_POLICIES
 from kvsim.dashboard.runner import RUN_CAP_S
-from kvsim.dashboard.views import MIB, session_runner, simulate_many, simulate_one
+from kvsim.dashboard.views import MIB, session_runner, simulate_one, summaries_many
 from policies.parse import PolicyError
 
 Q = "query-params"
@@ -60,10 +60,10 @@ def _records(base: dict[str, Any], policies: Sequence[dict[str, Any]], limit_byt
         except PolicyError as err:
             records_by_key[key] = {"label": sweeps.policy_label(policy), "policy": policy["name"], "error": str(err)}
     bar, update = _progress(label)
-    results, failed, pending = simulate_many(scenarios, limit_bytes, update)
+    summaries, failed, pending = summaries_many(scenarios, limit_bytes, update)
     bar.empty()
-    for key, result in results.items():
-        records_by_key[key] = sweeps.summary_record(key.split(":", 1)[1], result)
+    for key, summary in summaries.items():
+        records_by_key[key] = {**summary, "label": key.split(":", 1)[1]}
     for key, line in failed.items():
         records_by_key[key] = {"label": key.split(":", 1)[1], "policy": scenarios[key].policy_name, "error": line}
     records = []
@@ -99,7 +99,15 @@ def _axis(col: Any, name: str, which: str, fields: list[str], field: str, values
 
 
 def render_sweeps(inputs: Inputs) -> None:
-    """View 2: heatmaps over two parameters of one policy, and a sweep over the layers' ratio."""
+    """View 2: heatmaps over two parameters of one policy, and a sweep over the layers' ratio. Both
+    ask for their cells in the same page run, so the ratio sweep computes while the heatmaps fill in
+    (it used to start only once a heatmap cell had finished, a page run later)."""
+    _heatmaps(inputs)
+    _ratio_sweep(inputs)
+
+
+def _heatmaps(inputs: Inputs) -> None:
+    """The heatmaps over one or two parameters of one policy."""
     top = st.columns(3)
     name = top[0].selectbox("policy to sweep", SWEEP_POLICIES, SWEEP_POLICIES.index("prealloc"), key="sweep_policy", bind=Q)
     fields = [p.field for p in PARAMS[name] if p.sweepable or p.kind == "choice"]
@@ -126,9 +134,9 @@ def render_sweeps(inputs: Inputs) -> None:
         return
     grid = st.columns(2)
     for i, title in enumerate(sweeps.METRICS.values()):
-        grid[i % 2].altair_chart(charts.heatmap_chart(frame, x_field, y_col, title, title), width="stretch")
+        drawn.draw(charts.heatmap_chart, frame[[x_field, y_col, title]], x_field, y_col, title, title, where=grid[i % 2],
+                   width="stretch")  # the columns it draws: the spec is kept by their content
     st.download_button("sweep CSV", frame.to_csv(index=False), f"sweep-{name}.csv", "text/csv")
-    _ratio_sweep(inputs)
 
 
 def _ratio_sweep(inputs: Inputs) -> None:
@@ -154,7 +162,7 @@ def _ratio_sweep(inputs: Inputs) -> None:
     frame = _frame(records)
     if not frame.empty:
         frame["peak MiB"] = frame["peak_bytes"] / MIB
-        st.altair_chart(charts.ratio_chart(frame), width="stretch")
+        drawn.draw(charts.ratio_chart, frame[["ratio", "peak MiB", "label", "grow_events"]], width="stretch")
 
 
 def calibration_rows(paths: tuple[Path, ...]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -195,7 +203,7 @@ def render_calibration(inputs: Inputs) -> None:
     c1.metric("measurements", len(frame))
     c2.metric("median |error|", f"{abs_err.median():.2f} %")
     c3.metric("max |error|", f"{abs_err.max():.2f} %")
-    st.altair_chart(charts.calibration_chart(frame), width="stretch")
+    drawn.draw(charts.calibration_chart, frame, width="stretch")
     st.dataframe(frame, hide_index=True, width="stretch")
 
 

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
-from kvsim.dashboard import charts
+from kvsim.dashboard import charts, drawn, runner
 from kvsim.dashboard.breakdown import layer_rows
 from kvsim.dashboard.config import Inputs
-from kvsim.dashboard.runner import RUN_CAP_S, Runner
-from kvsim.dashboard.sweeps import Progress, policy_label, scenario_for, summary_record
+from kvsim.dashboard.runner import MAX_KEPT, RUN_CAP_S, Runner
+from kvsim.dashboard.sweeps import Progress, Record, policy_label, scenario_for, summary_record
 from kvsim.scenario.parse import Scenario
+from kvsim.sim import memo
 from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
 
 MIB = charts.MIB
+_summaries: OrderedDict[Hashable, Record] = OrderedDict()  # runner key -> summary record (label left blank)
 
 
 @st.cache_data(max_entries=512, show_spinner=False)
@@ -42,17 +46,51 @@ def session_runner() -> Runner:
     return st.session_state.kvsim_runner
 
 
+def _keys(scenarios: dict[str, Scenario], memory_limit_bytes: int | None) -> dict[str, Hashable]:
+    """Each scenario's runner key by label: the scenario without its id, and the limit."""
+    return {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
+
+
 def simulate_many(
     scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
 ) -> tuple[dict[str, SimResult], dict[str, str], list[str]]:
     """Results by label of what finished within the answer budget, one-line errors (a cut
     simulation's says so), and the labels still computing (they fill in on the next refresh)."""
-    keys = {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
+    keys = _keys(scenarios, memory_limit_bytes)
     jobs = {key: (simulate_one, (key[1], memory_limit_bytes)) for key in keys.values()}
     done, failed, _ = session_runner().fetch(jobs, on_progress=progress)
     results = {label: replace(done[key], scenario_id=label) for label, key in keys.items() if key in done}
     errors = {label: failed[key] for label, key in keys.items() if key in failed}
     return results, errors, [label for label in scenarios if label not in results and label not in errors]
+
+
+def summaries_many(
+    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
+) -> tuple[dict[str, Record], dict[str, str], list[str]]:
+    """``simulate_many`` with each result's summary record (``sweeps.summary_record``) in its place,
+    kept by the simulation's key: its growth steps read the whole timeline (about 10 ms a result at
+    128K tokens, 24 of them in the default sweeps), once rather than on every rerun."""
+    keys = _keys(scenarios, memory_limit_bytes)
+    results, errors, pending = simulate_many(scenarios, memory_limit_bytes, progress)
+    records = {}
+    for label, result in results.items():
+        key = keys[label]
+        if key not in _summaries:
+            _summaries[key] = summary_record("", result)
+            if len(_summaries) > MAX_KEPT:
+                _summaries.popitem(last=False)
+        _summaries.move_to_end(key)
+        records[label] = {**_summaries[key], "label": label}
+    return records, errors, pending
+
+
+def forget() -> None:
+    """Drop every kept result, summary and chart spec (benchmarks time cold renders)."""
+    runner.forget()
+    memo.clear()
+    simulate_cached.clear()
+    drawn.forget()
+    _summaries.clear()
 
 
 def report_unfinished(errors: dict[str, str], pending: list[str]) -> None:
@@ -128,10 +166,8 @@ def render_timeline(inputs: Inputs) -> None:
     for label, r in results.items():
         if r.summary.first_step_over_limit is not None:
             st.warning(f"{label}: exceeds the memory limit (minus weights) at step {r.summary.first_step_over_limit}")
-    st.altair_chart(
-        charts.timeline_chart(charts.timeline_frame(results), charts.growth_frame(results), None if limit is None else limit / MIB),
-        width="stretch",
-    )
+    drawn.draw(charts.timeline_chart, charts.timeline_frame(results), charts.growth_frame(results),
+               None if limit is None else limit / MIB, width="stretch")
     st.dataframe(summary_frame(results), hide_index=True, width="stretch")
     exports(inputs, scenarios, results)
 
@@ -154,5 +190,5 @@ def render_layers(inputs: Inputs) -> None:
     c1.metric("KV capacity", f"{capacity / MIB:,.2f} MiB")
     c2.metric("rows written", f"{used / MIB:,.2f} MiB")
     c3.metric("over-allocation", f"{(capacity - used) / MIB:,.2f} MiB")
-    st.altair_chart(charts.layers_chart(records), width="stretch")
+    drawn.draw(charts.layers_chart, records, width="stretch")
     st.dataframe(pd.DataFrame(records), hide_index=True, width="stretch")
