@@ -47,6 +47,14 @@ class BufferCache:
         self._lru[seq] = length_bytes
         self.cache_bytes += length_bytes
 
+    def reload(self, lengths: list[int] | tuple[int, ...]) -> None:
+        """Hold exactly ``lengths``, oldest first: what putting them in that order into an empty cache gives."""
+        self._seq = itertools.count(len(lengths))
+        self._lru.clear()  # in place: a decision log may hold these containers
+        self._lru.update(enumerate(lengths))
+        self._sizes[:] = sorted((length, seq) for seq, length in enumerate(lengths))
+        self.cache_bytes = sum(lengths)
+
     def take(self, size_bytes: int) -> int | None:
         """Length of the reused buffer, or ``None`` on a miss."""
         i = bisect.bisect_left(self._sizes, (size_bytes, -1))

@@ -65,9 +65,7 @@ def restore(engine: object, state: tuple, buffer_type: type) -> None:
     e.buffers.next_id = next_id
     alloc, ev = e.alloc, e.eval_state
     alloc.active_bytes, alloc.fresh_bytes = active, fresh
-    alloc.cache.clear()
-    for length in cached:  # oldest first, as they were put: the LRU and size orders come back
-        alloc.cache.put(length)
+    alloc.cache.reload(cached)  # oldest first: the LRU and size orders come back
     ev.dispatch_phase, ev.clock_s, ev.device_free_s = phase, clock, device_free
     ev.frees = deque((t, list(bids)) for t, bids in frees)
 
