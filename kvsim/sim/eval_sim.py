@@ -117,7 +117,11 @@ def run_eval(
         while frees and frees[0][0] <= until:  # noqa: SIM113
             t, bids = frees.popleft()
             for b in bids:
-                decref(b, t)
+                buf = table[b]
+                if buf.refs > 1:  # Buffers.decref without the call, where nothing is freed
+                    buf.refs -= 1
+                else:
+                    decref(b, t)
 
     device_free_t = state.device_free_s
     task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
@@ -144,35 +148,58 @@ def run_eval(
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
     stall_op = profile.host_stall_op  # analysis only (BackendProfile.host_stall_op); -1 in predictions
+    malloc_rate, alloc, new = profile.host_malloc_bytes_per_s, buffers.alloc, buffers.new
+    phase = state.dispatch_phase
     for k, a in enumerate(order):
         arr = arrays[a]
+        ins, kernels = arr.inputs, arr.kernels
         # 1. the host reaches the op; completions due by then free their buffers first
         if k == stall_op:  # a busy host: the host thread waits while the worker catches up
             host_t = max(host_t, device_free_t)
-        host_t += node_s + arr.kernels * kernel_s
+        host_t += node_s + kernels * kernel_s
         if frees and frees[0][0] <= host_t:
             drain(host_t)
         # 2. its output: a view of its input, a donated input buffer, or a fresh allocation
         if arr.prim in VIEW_PRIMS:
             donated = None
-            buf_of[a] = b = buf_of[arr.inputs[0]]
+            buf_of[a] = b = buf_of[ins[0]]
             table[b].refs += 1
-        else:
+        elif is_gpu or arr.siblings:
             donated, host_t = _output_buffer(a, arrays, buf_of, pending, buffers, profile, host_t,
                                              open_held if is_gpu else None)
+        else:  # _output_buffer's path for a CPU op with one output, inlined
+            donated, nbytes = None, arr.nbytes
+            for pos in arr.donors:
+                x = ins[pos]
+                b = buf_of.get(x)
+                if b is None or pending[x] != 1 or arrays[x].py_held:
+                    continue
+                buf = table[b]
+                if buf.refs == 1 and nbytes <= buf.length_bytes <= nbytes + DONATION_EXTRA_BYTES:
+                    donated = b
+                    break
+            if donated is not None:
+                buf_of[a] = donated
+                buf.refs += 1
+                if arr.label is not None and buf.label is None:
+                    buf.label = arr.label
+            else:
+                buf_of[a] = new(nbytes, host_t, arr.label, 1)
+                if malloc_rate and alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
+                    host_t += alloc.fresh_bytes / malloc_rate
         # 3. the work holds its inputs until it completes: a CPU task, or the open GPU command buffer
         held = []
-        for x in arr.inputs:
+        for x in ins:
             b = buf_of.get(x)
             if b is not None and b != donated and b not in held:
                 held.append(b)
                 table[b].refs += 1
-        work_s = arr.kernels * dispatch_s + arr.work_bytes / bytes_per_s
+        work_s = kernels * dispatch_s + arr.work_bytes / bytes_per_s
         if is_gpu:
             open_held.extend(held)
             open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
-            if arr.kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
-                open_elements += sum(arrays[x].nbytes for x in arr.inputs) // 2
+            if kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
+                open_elements += sum(arrays[x].nbytes for x in ins) // 2
             open_work_s += work_s
             if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
                 commit(host_t)
@@ -181,8 +208,9 @@ def run_eval(
             device_free_t = (device_free_t if device_free_t > host_t else host_t) + work_s + dispatch_s
             if held:
                 frees.append((device_free_t, held))
-            boundaries, state.dispatch_phase = divmod(state.dispatch_phase + arr.kernels + 1, per_task)
-            if boundaries:  # a task completes with its 10th dispatch
+            phase += kernels + 1
+            if phase >= per_task:  # a task completes with its 10th dispatch
+                boundaries, phase = divmod(phase, per_task)
                 task_ends.extend([device_free_t] * boundaries)
         # 4. MLX waits while more than max_active_tasks are in flight (transforms.cpp)
         while task_ends and task_ends[0] <= host_t:
@@ -193,10 +221,17 @@ def run_eval(
             host_t = task_ends.popleft()
             drain(host_t)
         # 5. detach: an input no later op reads loses this reference
-        for x in arr.inputs:
-            pending[x] -= 1
-            if pending[x] == 0 and not arrays[x].py_held and x in buf_of:
-                decref(buf_of.pop(x), host_t)
+        for x in ins:
+            n = pending[x] - 1
+            pending[x] = n
+            if not n and x in buf_of and not arrays[x].py_held:
+                b = buf_of.pop(x)
+                buf = table[b]
+                if buf.refs > 1:
+                    buf.refs -= 1
+                else:
+                    decref(b, host_t)
+    state.dispatch_phase = phase
     if is_gpu:
         commit(host_t)
     end_t = _finish(g, buf_of, buffers, state, host_t, device_free_t, drain, synchronize)
