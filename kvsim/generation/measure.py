@@ -92,12 +92,33 @@ class Run:
     mlx_version: str
     mlx_lm_version: str
     device: str
+    baseline_rss_bytes: int | None = None
+    """Resident runs (``measure_fresh``): the process's RSS (``VmRSS``) once MLX and mlx-lm are imported and
+    MLX has run one op, before the model is built."""
+    weights_rss_bytes: int | None = None
+    """RSS once the weights are evaluated and the buffer cache cleared, before the generation."""
+    max_rss_bytes: int | None = None
+    """The largest RSS during the generation (``VmHWM``, reset through ``/proc/self/clear_refs`` just before it)."""
+    end_rss_bytes: int | None = None
+    """RSS after the generation (``mx.synchronize()``)."""
+
+
+def rss_bytes() -> tuple[int, int]:
+    """The process's resident set now and its high-water mark (``VmRSS``, ``VmHWM`` of ``/proc/self/status``)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return tuple(int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+
+def reset_rss_peak() -> None:
+    """Set ``VmHWM`` to the current RSS (Linux >= 4.0: ``echo 5 > /proc/self/clear_refs``)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: int, prefill_step_size: int = 2048,
             kv_bits: int | None = None, max_kv_size: int | None = None, seed: int = 0,
-            quantized_kv_start: int = 5000) -> Run:
-    """Run one generation as the contract's section 5 measures it."""
+            quantized_kv_start: int = 5000, resident: bool = False) -> Run:
+    """Run one generation as the contract's section 5 measures it; with ``resident`` (Linux) also the
+    process's RSS before the model, with the weights, at most during the generation, and after it."""
     import mlx.core as mx
     import mlx_lm
     from mlx_lm.generate import generate_step
@@ -105,6 +126,8 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
 
     from kvsim.generation.model import build_model
 
+    mx.eval(mx.zeros(1))  # MLX's CPU stream and its thread exist from here on
+    baseline_rss = rss_bytes()[0]
     mx.random.seed(seed)
     built = build_model(ModelConfig(config, name), stand_in=False)
     model = built.model
@@ -116,6 +139,9 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
     prompt = mx.random.randint(0, 256, (prompt_tokens,)).astype(mx.uint32)
     mx.eval(prompt)
     cache = make_prompt_cache(model, max_kv_size=max_kv_size)
+    weights_rss = rss_bytes()[0]
+    if resident:
+        reset_rss_peak()
     start = time.perf_counter()
     for n, _ in enumerate(generate_step(prompt, model, max_tokens=max_tokens, prompt_cache=cache,
                                         prefill_step_size=prefill_step_size, kv_bits=kv_bits,
@@ -124,10 +150,22 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
             break
     mx.synchronize()
     seconds = time.perf_counter() - start
+    end_rss, max_rss = rss_bytes()
+    rss = dict(baseline_rss_bytes=baseline_rss, weights_rss_bytes=weights_rss, max_rss_bytes=max_rss,
+               end_rss_bytes=end_rss) if resident else {}
     return Run(name, config, prompt_tokens, max_tokens, prefill_step_size, kv_bits, max_kv_size, quantized_kv_start,
                peak_bytes=mx.get_peak_memory(), weights_bytes=weights, params_bytes=built.weights_bytes, kv_bytes=sum(c.nbytes for c in cache),
                final_active_bytes=mx.get_active_memory(), cache_bytes=mx.get_cache_memory(), seconds=seconds,
-               mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()))
+               mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()), **rss)
+
+
+def measure_fresh(*args: Any, **kwargs: Any) -> Run:
+    """``measure(..., resident=True)`` in a fresh Python process (``spawn``): its RSS is this generation's
+    alone, not the heap earlier runs left behind."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(measure, args, {**kwargs, "resident": True})
 
 
 def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
