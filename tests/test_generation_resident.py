@@ -73,3 +73,16 @@ def test_cli_json_and_verdict_carry_cache_and_resident(capsys):
     v = out["verdict"]
     assert v["resident_bytes"] == out["resident_bytes"] and v["resident_fits"] is (v["resident_bytes"] <= v["memory_bytes"])
     assert v["wired_bytes"] == min(out["footprint_bytes"], v["working_set_bytes"])  # Metal: mlx-lm's wired limit
+
+
+def test_fit_page_breakdown_has_the_buffer_cache_and_the_verdict_the_resident():
+    from kvsim.dashboard import fit_compute as fc
+    from kvsim.generation.devices import DEVICES
+
+    request = fc.FitRequest("qwen3-0.6b", None, Workload(1024, 8), fc.MLX_LM, "mlx-cpu", DEVICES["mac-8gb"])
+    a = fc.answer(request)
+    parts = dict(fc.breakdown(a))
+    assert list(parts)[-1] == "buffer cache" and parts["buffer cache"] >= 0
+    assert sum(parts.values()) == a.resident_bytes - a.baseline_bytes  # the bar is what MLX holds at most
+    line = fc.resident_sentence(request, a)
+    assert line.startswith(f"Resident footprint {fc.size(a.resident_bytes)}") and f"fits in the {fc.size(request.device.memory_bytes)} of memory" in line, line

@@ -80,6 +80,15 @@ class FitAnswer:
     status: str
     """``kvsim.generation.verdict``'s status: fits, over the GPU working set, over MLX's memory limit."""
     fits: bool
+    cache_bytes: int = 0
+    """MLX's buffer cache above the peak: what the freed buffers it keeps add to the footprint at most."""
+    resident_bytes: int = 0
+    """The resident footprint in the device's memory (weights, the largest active + cache, and on a Mac or
+    the CPU the process baseline); 0: not predicted."""
+    resident_fits: bool = True
+    """Whether ``resident_bytes`` fits the device's memory."""
+    baseline_bytes: int = 0
+    """The process baseline counted in ``resident_bytes`` (the profile's; 0: not measured or not counted)."""
 
 
 # ---- the model -------------------------------------------------------------------------------------
@@ -129,10 +138,11 @@ def answer(request: FitRequest) -> FitAnswer:
 
     built, config = _built(request.model, request.config_text)
     pred = predict(built, request.workload, request.backend, POLICIES[request.policy])
-    v = verdict(pred.peak_bytes, request.device)
+    v = verdict(pred.peak_bytes, request.device, pred)
     return FitAnswer(model_label(config, request.model), _layers(config), pred.peak_bytes, pred.weights_bytes,
                      pred.peak_kv_bytes, pred.transient_bytes, pred.kv_bytes, pred.peak_phase, pred.peak_offset,
-                     v.status, v.fits)
+                     v.status, v.fits, pred.resident_cache_bytes, v.resident_bytes, v.resident_fits,
+                     v.resident_bytes - pred.footprint_bytes)
 
 
 def peak(request: FitRequest) -> int:
@@ -340,9 +350,22 @@ def sentence(request: FitRequest, a: FitAnswer) -> str:
 
 
 def breakdown(a: FitAnswer) -> list[tuple[str, int]]:
-    """The peak's stacked parts, in bytes."""
+    """The peak's stacked parts, then what MLX's buffer cache adds above it, in bytes (they sum to what MLX
+    holds at most: the resident footprint less the process baseline)."""
     return [("weights", a.weights_bytes), ("KV cache", a.kv_bytes),
-            ("activations + growth transient", max(0, a.transient_bytes))]
+            ("activations + growth transient", max(0, a.transient_bytes)), ("buffer cache", a.cache_bytes)]
+
+
+def resident_sentence(request: FitRequest, a: FitAnswer) -> str:
+    """The resident footprint against the device's memory, in one sentence ("" when not predicted)."""
+    if not a.resident_bytes:
+        return ""
+    d = request.device
+    base = (f", {size(a.baseline_bytes)} of it the Python process with MLX and mlx-lm loaded" if a.baseline_bytes
+            else "")
+    verb = "fits in" if a.resident_fits else "does not fit in"
+    return (f"Resident footprint {size(a.resident_bytes)} (weights, KV, activations and MLX's buffer cache at "
+            f"their largest{base}): it {verb} the {size(d.memory_bytes)} of {'memory' if d.backend != 'mlx-cuda' else 'GPU memory'}.")
 
 
 @dataclass(frozen=True, slots=True)

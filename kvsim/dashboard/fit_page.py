@@ -25,7 +25,7 @@ from kvsim.generation.schedule import Workload
 
 Q = "query-params"
 LINK_ERRORS = "fit_link_errors"  # session key: {param: one line} from the link the session opened with
-PART_COLORS = ("#4c78a8", "#f58518", "#e45756")
+PART_COLORS = ("#4c78a8", "#f58518", "#e45756", "#b8b8b8")
 CHART_PX, BAR_PX = 70, 40  # the limits' rules span the chart's height
 
 
@@ -112,7 +112,8 @@ def inputs() -> fc.FitRequest | str:
 
 # ---- output --------------------------------------------------------------------------------------
 def _chart(request: fc.FitRequest, a: fc.FitAnswer) -> alt.LayerChart:
-    """The peak's parts stacked against the working set and MLX's memory limit, in GiB."""
+    """The peak's parts and the buffer cache above it, stacked against the working set and MLX's memory limit,
+    in GiB."""
     parts = pd.DataFrame([{"part": p, "GiB": round(n / GIB, 2), "size": fc.size(n), "order": i}
                           for i, (p, n) in enumerate(fc.breakdown(a))])
     d = request.device
@@ -120,7 +121,7 @@ def _chart(request: fc.FitRequest, a: fc.FitAnswer) -> alt.LayerChart:
                             "size": fc.size(d.working_set_bytes)},
                            {"limit": "MLX memory limit", "GiB": round(d.memory_limit_bytes / GIB, 2),
                             "size": fc.size(d.memory_limit_bytes)}])
-    top = max(a.peak_bytes, d.memory_limit_bytes) / GIB * 1.06
+    top = max(a.peak_bytes + a.cache_bytes, d.memory_limit_bytes) / GIB * 1.06
     x = alt.X("sum(GiB):Q", title="GiB", scale=alt.Scale(domain=[0, top], nice=False))
     bar = alt.Chart(parts).mark_bar(size=BAR_PX).encode(
         x=x, y=alt.Y("row:N", title=None, axis=None),
@@ -140,14 +141,18 @@ def _chart(request: fc.FitRequest, a: fc.FitAnswer) -> alt.LayerChart:
 def _verdict(request: fc.FitRequest, a: fc.FitAnswer) -> None:
     icon = ":material/check_circle:" if a.fits else ":material/cancel:"
     st.markdown(f"#### {icon} {fc.sentence(request, a)}")
+    if resident := fc.resident_sentence(request, a):
+        st.markdown(resident)
     for line in fc.notices(request, a):
         st.warning(line, icon=":material/info:")
     st.altair_chart(_chart(request, a), width="stretch", height=CHART_PX + 90)  # room for axis and legends
-    parts = ", ".join(f"{p} {fc.size(n)}" for p, n in fc.breakdown(a))
+    *peak_parts, (cache_part, cache_n) = fc.breakdown(a)
+    parts = ", ".join(f"{p} {fc.size(n)}" for p, n in peak_parts)
     st.caption(f"Peak {fc.size(a.peak_bytes)} (mlx-lm's \"Peak memory\") in the {a.peak_phase} step at "
                f"{fc.tokens(a.peak_offset)} tokens: {parts}. KV at the end {fc.size(a.final_kv_bytes)}. "
-               f"{request.backend} profile, {a.layers} layers. MLX's buffer cache (freed buffers kept for reuse) "
-               "is not in the peak; mlx-lm clears it after each prefill chunk.")
+               f"{request.backend} profile, {a.layers} layers. The {cache_part} segment, {fc.size(cache_n)}, is "
+               "what MLX's freed buffers kept for reuse add above the peak at most (not in the peak; mlx-lm "
+               "clears them after each prefill chunk and every 256 generated tokens).")
 
 
 def _longest(request: fc.FitRequest, a: fc.FitAnswer, policy: str, runner: Any) -> tuple[str, bool]:
