@@ -39,6 +39,7 @@ class LayerState:
     buffers: dict[str, int] = field(default_factory=dict)  # component -> buffer id
     buffer_rows: int = 0  # rows of the buffers above: the capacity, or a paged layer's newest block
     blocks: list[int] = field(default_factory=list)  # paged: earlier blocks (buffer ids)
+    kind: int = 0  # layers of one kind have equal spec, policy and components (``Engine.__init__``)
 
 
 @dataclass(slots=True)
@@ -85,6 +86,9 @@ class Engine:
                        layer_buffers(lay, pol, batch=w.batch, kv_buffers=scenario.model.kv_buffers))
             for lay in scenario.model.layers
         ]
+        kinds: dict[tuple, int] = {}
+        for st in self.layers:
+            st.kind = kinds.setdefault((st.spec, st.policy, st.components), len(kinds))
         self.pool_buffers: dict[tuple[int, int, str], int] = {}
         for shape in scenario.model.shapes():
             bid = self.buffers.new(0, 0.0)  # the pool is in the baseline: charged 0
@@ -106,13 +110,18 @@ class Engine:
 
     # ---- one step -------------------------------------------------------------------------
     def plan(self, start: int, n: int) -> list[tuple[LayerState, int, Growth | None]]:
-        out = []
+        """Each layer's rows and growth in the step of tokens ``start .. start+n-1`` (asked once per kind and state)."""
+        out, seen = [], {}
         for st in self.layers:
-            rows = st.spec.rows_in_step(start, n)
-            growth = st.policy.grow(st.capacity_rows, st.held_rows, rows) if rows else None
-            if growth is None and rows and isinstance(st.policy, RotatingPolicy):
-                growth = st.policy.trim(st.capacity_rows, rows)
-            out.append((st, rows, growth))
+            key = (st.kind, st.capacity_rows, st.held_rows)
+            made = seen.get(key)
+            if made is None:
+                rows = st.spec.rows_in_step(start, n)
+                growth = st.policy.grow(st.capacity_rows, st.held_rows, rows) if rows else None
+                if growth is None and rows and isinstance(st.policy, RotatingPolicy):
+                    growth = st.policy.trim(st.capacity_rows, rows)
+                made = seen[key] = (rows, growth)
+            out.append((st, *made))
         return out
 
     def step(self, start: int, n: int) -> StepOutcome:
@@ -152,7 +161,7 @@ class Engine:
             self._add_layer(build, i, st, rows, growth)
             return None
         pooled = (lay.kv_heads, lay.head_dim, lay.dtype) in build.pools
-        key = (lay, st.components, rows, st.held_rows, st.capacity_rows, st.buffer_rows, growth, tuple(st.buffers), pooled)
+        key = (st.kind, rows, st.held_rows, st.capacity_rows, st.buffer_rows, growth, tuple(st.buffers), pooled)
         t = templates.get(key)
         if t is None:
             g = build.graph
@@ -269,7 +278,11 @@ class Engine:
     def next_growth_token(self, start: int) -> int:
         """First decode token index t >= start whose step makes some layer grow."""
         best = math.inf
+        seen = set()
         for st in self.layers:
+            if (st.kind, st.capacity_rows) in seen:  # the same answer as a layer before
+                continue
+            seen.add((st.kind, st.capacity_rows))
             held = st.spec.rows_after(start)
             need_rows = held + 1 if st.capacity_rows == 0 else self._rows_to_grow(st, held)
             if need_rows is not None:  # the step from t to t+1 brings row need_rows when t+1 = need_rows·ratio
