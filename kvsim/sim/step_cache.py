@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-MAX_ENTRIES = 2048  # steps kept (least recently used dropped first); an entry is a few kB
+MAX_ENTRIES = 512  # steps kept (least recently used dropped first); a DS4 1M-token run's entries hold ~40 kB each (tracemalloc)
 
 _entries: OrderedDict[Hashable, StepEntry] = OrderedDict()
 _statics: dict[Hashable, int] = {}  # an engine's static part -> a small id (hashed once per engine)
