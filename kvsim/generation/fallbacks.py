@@ -115,3 +115,26 @@ def scaled_dot_product_attention(q: mx.array, k: mx.array, v: mx.array, *, scale
         scores = scores[..., 1:]
     out = mx.matmul(scores, v)
     return mx.flatten(out, 1, 2) if reps > 1 else out
+
+
+def dequantize(w: mx.array, scales: mx.array, biases: mx.array | None = None, group_size: int | None = None,
+               bits: int | None = None, mode: str = "affine", dtype: mx.Dtype | None = None, **_: Any) -> mx.array:
+    """``affine_dequantize``'s fallback (``mlx/ops.cpp``), what the CPU builds for ``mx.dequantize``: for
+    power-of-two bits, each packed value shifted out into a uint32 array the size of ``w``, concatenated
+    (uint32, the output's element count), then cast to the scales' type, scaled and biased."""
+    group_size, bits = group_size or 64, bits or 4
+    if bits & (bits - 1):  # the bit-by-bit path: 32 one-bit planes, regrouped and summed
+        planes = mx.bitwise_and(mx.right_shift(mx.expand_dims(w, -1), mx.arange(32, dtype=mx.uint32)),
+                                mx.array([1], mx.uint32))
+        planes = mx.reshape(planes, (*planes.shape[:-2], -1, bits))
+        q = mx.sum(mx.left_shift(planes, mx.arange(bits, dtype=mx.uint32)), axis=-1)
+    else:
+        parts = [mx.expand_dims(mx.right_shift(mx.left_shift(w, mx.array(32 - (start + bits), mx.uint32)),
+                                               mx.array(32 - bits, mx.uint32)), -1)
+                 for start in range(0, 32, bits)]
+        q = mx.concatenate(parts, -1)
+    q = mx.reshape(q, (*w.shape[:-1], -1, group_size))
+    q = mx.multiply(q, mx.expand_dims(scales, -1))
+    q = mx.add(q, mx.expand_dims(biases, -1))
+    q = mx.reshape(q, (*w.shape[:-1], -1))
+    return q.astype(dtype) if dtype is not None else q

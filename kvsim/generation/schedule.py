@@ -181,7 +181,8 @@ def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
     prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
     chunks = _chunks(w)
-    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile)) as t, \
+    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile),
+                 cpu=not profile.is_gpu) as t, \
             metal_kernels(t, profile):
         pb = Playback(built.weights_bytes, profile, t, cache)
         t.on_eval = pb.on_eval

@@ -13,29 +13,44 @@ function's cache would otherwise keep traces made on stand-ins) and restored aft
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from kvsim.generation import fallbacks
+from kvsim.generation.layout import (
+    Strides,
+    broadcast_strides,
+    dense,
+    elementwise_strides,
+    matmul_operand_copied,
+    reshape_strides,
+    row_major,
+    view_strides,
+)
 from kvsim.sim.attention import fused_attention
 from kvsim.sim.graph import Array, StepGraph
 
 VIEW_METHODS = frozenset({"transpose", "swapaxes", "moveaxis", "T", "mT", "squeeze", "expand_dims",
                           "broadcast_to", "view", "split", "diagonal", "as_strided"})
-STRIDE_VIEWS = frozenset({"split", "squeeze", "expand_dims", "view"})
-"""Views whose strides a later ``Reshape`` still expresses without a copy (``prepare_reshape``)."""
 RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
 ELEMENTWISE = frozenset({
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
     "__neg__", "__pow__", "__rpow__", "__abs__", "add", "subtract", "multiply", "divide", "maximum",
     "minimum", "where", "exp", "sigmoid", "tanh", "negative", "square", "rsqrt", "sqrt", "erf", "log", "abs",
     "power", "softmax", "clip", "log1p", "expm1", "sin", "cos", "logaddexp", "reciprocal", "softplus", "sign",
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
 })
+IN_PLACE = ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__")
+"""``a += b`` and its kin: MLX replaces ``a``'s array by ``add(a, b)`` (``overwrite_descriptor``,
+``python/src/array.cpp``); the Python object, and so its ``id``, stays, and its node becomes the op's."""
 MX_FUNCTIONS = (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "where", "exp", "sigmoid", "tanh", "negative",
     "square", "rsqrt", "sqrt", "erf", "log", "abs", "power", "softmax", "clip", "log1p", "expm1", "sin", "cos",
@@ -56,7 +71,7 @@ METHODS = (
     "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__invert__", "__floordiv__",
     "__mod__", "astype", "reshape", "transpose", "swapaxes", "moveaxis", "squeeze", "flatten", "sum", "mean",
     "max", "min", "argmax", "exp", "log", "sqrt", "rsqrt", "square", "abs", "split", "view", "logsumexp",
-    "cumsum", "sigmoid", "round", "T", "mT",
+    "cumsum", "sigmoid", "round", "T", "mT", *IN_PLACE,
 )
 
 
@@ -67,9 +82,14 @@ class Trace:
     sdpa_kernels: str = "fallback"
     bytes_per_flop: float = 0.0
     """Device time of a matmul's arithmetic, as the bytes the profile's time model would move meanwhile."""
+    cpu: bool = False
+    """Ops follow the CPU backend where it allocates temporaries (a convolution's explicit GEMM, a matmul's
+    copy of an operand it cannot read in place, affine dequantization's fallback), and compiled functions are
+    fused as ``compile_fuse`` fuses them. GPU backends keep compiled functions unfused: their fitted timings
+    (``model_max_active_tasks``) were fitted on that graph (``docs/generation.md``)."""
     graph: StepGraph = field(default_factory=StepGraph)
     node_of: dict[int, int] = field(default_factory=dict)  # id(mx.array) -> node
-    contiguous: dict[int, bool] = field(default_factory=dict)  # node -> a Reshape of it is a view
+    layout: dict[int, Strides] = field(default_factory=dict)  # node -> its array's strides (elements)
     keep: list[Any] = field(default_factory=list)  # every array seen, so ids are never reused
     leaf_arrays: dict[int, Any] = field(default_factory=dict)  # node -> the leaf array
     evaluated: set[int] = field(default_factory=set)  # nodes an earlier eval computed
@@ -100,7 +120,7 @@ class Trace:
         if n is None:
             n = self.graph.leaf(0, -1, py_held=False)
             self.node_of[id(a)] = n
-            self.contiguous[n] = True
+            self.layout[n] = row_major(a.shape)
             self.keep.append(a)
             self.leaf_arrays[n] = a
         return n
@@ -126,22 +146,28 @@ class Trace:
             self.evaluated.add(n)
         return n
 
-    def bind(self, a: mx.array, n: int, contiguous: bool = True) -> int:
+    def bind(self, a: mx.array, n: int, strides: Strides | None = None) -> int:
+        """Map ``a`` to node ``n``; ``strides`` (default: row-major) where the node has none yet."""
         self.node_of[id(a)] = n
         self.shapes.setdefault(n, (a.shape, a.dtype))
-        self.contiguous[n] = contiguous
+        if strides is not None or n not in self.layout:
+            self.layout[n] = strides if strides is not None else row_major(a.shape)
         self.keep.append(a)
         return n
 
-    def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0) -> int:
+    def strides(self, n: int, shape: tuple[int, ...]) -> Strides:
+        return self.layout.get(n) or row_major(shape)
+
+    def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0,
+           strides: Strides | None = None) -> int:
         moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
         if flops and math.isfinite(self.bytes_per_flop):
             moved += int(flops * self.bytes_per_flop)
         n = self.graph.op(prim, inputs, out.nbytes, work_bytes=moved, donors=donors)
-        return self.bind(out, n)
+        return self.bind(out, n, strides or row_major(out.shape))
 
-    def view(self, src: int, out: mx.array, contiguous: bool) -> int:
-        return self.bind(out, self.graph.view("Transpose", src), contiguous)
+    def view(self, src: int, out: mx.array, strides: Strides) -> int:
+        return self.bind(out, self.graph.view("Transpose", src), strides)
 
 
 def _arrays(x: Any) -> Iterator[mx.array]:
@@ -177,44 +203,106 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     if name == "fast.scaled_dot_product_attention":
         _sdpa(t, args, kwargs, ins, outs[0])
         return
-    if base in RESHAPES and ins:
-        if t.contiguous.get(ins[0], True):
-            t.view(ins[0], outs[0], True)
-        else:
-            t.op("Reshape", ins[:1], outs[0])
+    if base == "conv1d" and t.cpu and _conv1d_cpu(t, args, kwargs, ins, outs[0]):
         return
-    if base in VIEW_METHODS and ins:
-        keeps = base in STRIDE_VIEWS  # MLX reshapes a slice or a split as a view; a permutation it copies
-        for o in outs:
-            t.view(ins[0], o, keeps and t.contiguous.get(ins[0], True))
+    if base in RESHAPES and ins:
+        x = _arrays_first(args)
+        strides = reshape_strides(x.shape, t.strides(ins[0], x.shape), outs[0].shape)
+        if strides is None:  # no strides express it: MLX copies
+            t.op("Reshape", ins[:1], outs[0])
+        else:
+            t.view(ins[0], outs[0], strides)
+        return
+    if (base in VIEW_METHODS or base == "__getitem__" and _basic(args)) and ins:
+        x = _arrays_first(args)
+        found = view_strides(x.shape, t.strides(ins[0], x.shape), base, args[1:], kwargs, [o.shape for o in outs])
+        for i, o in enumerate(outs):
+            t.view(ins[0], o, found[i] if found else row_major(o.shape))
         return
     if base == "__getitem__" and ins:
-        index = args[1] if len(args) > 1 else None
-        basic = not any(isinstance(i, mx.array) for i in (index if isinstance(index, tuple) else (index,)))
-        if basic:
-            t.view(ins[0], outs[0], t.contiguous.get(ins[0], True))
-        else:
-            t.op("Gather", ins, outs[0])
+        t.op("Gather", ins, outs[0])
         return
     if base == "astype" and ins and outs[0].dtype == args[0].dtype:
-        t.bind(outs[0], ins[0], t.contiguous.get(ins[0], True))
+        t.bind(outs[0], ins[0])
         return
+    if base in MATMUL_OPS and len(ins) == 2:
+        _matmul(t, args, ins, outs[0])
+        return
+    strides = None
     elementwise = base in ELEMENTWISE
-    if elementwise:  # MLX broadcasts each operand to the output's shape: a Broadcast node where it differs
-        shapes = [a.shape for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
-        ins = [t.graph.view("Broadcast", i) if shape != outs[0].shape else i for i, shape in zip(ins, shapes)]
+    if elementwise or base in LAYOUT_KEEPING:  # broadcast operands: a Broadcast node where the shape differs
+        arrays = [*_arrays(args), *_arrays(list(kwargs.values()))]
+        operands = [(outs[0].shape, broadcast_strides(a.shape, t.strides(i, a.shape), outs[0].shape))
+                    for a, i in zip(arrays, ins)]
+        if elementwise:  # binary.cpp / ops.cpp: operands cast to the result type first (a bool condition stays)
+            ins = [t.graph.op("AsType", [i], a.size * outs[0].dtype.size)
+                   if a.dtype != outs[0].dtype and a.dtype != mx.bool_ and a.size > 1 else i
+                   for i, a in zip(ins, arrays)]
+            ins = [t.graph.view("Broadcast", i) if a.shape != outs[0].shape else i for i, a in zip(ins, arrays)]
         if any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in args):  # a Python scalar
             ins.append(t.graph.view("Broadcast", t.graph.scalar(outs[0].dtype.size)))
+        strides = elementwise_strides(outs[0].shape, operands)
+    if base == "softmax" and ins:  # keeps a dense input's strides if its last is 1, else copies it row-major
+        x = _arrays_first(args)
+        st = t.strides(ins[0], x.shape)
+        strides = st if dense(x.shape, st) and st[-1:] in ((1,), ()) else None
     flops = 2 * outs[0].size * _arrays_first(args).shape[-1] if base in MATMULS else 0
-    if base in ("__matmul__", "matmul") and len(ins) == 2 and args[0].ndim > 2 and args[1].ndim == 2:
-        ins[0] = t.graph.view("Broadcast", ins[0])  # matmul flattens the batch dims (a Flatten view) ...
-        t.bind(outs[0], t.graph.view("Broadcast", t.op("Matmul", ins, outs[0], flops=flops)))  # ... and unflattens
-        return
     donors = tuple(range(len(ins))) if elementwise else ()
-    ids = [t.op(base, ins, o, donors, flops) for o in outs]
+    ids = [t.op(base, ins, o, donors, flops, strides if len(outs) == 1 else None) for o in outs]
     if len(ids) > 1:
         for i in ids:
             t.graph.arrays[i].siblings = [j for j in ids if j != i]
+
+
+LAYOUT_KEEPING = frozenset({"astype", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__invert__",
+                            "greater", "greater_equal", "less", "less_equal", "equal", "not_equal", "logical_not",
+                            "floor", "ceil", "round"})
+"""Unary and binary ops outside ``ELEMENTWISE`` (no donation modelled) whose output keeps a dense input's strides."""
+MATMUL_OPS = frozenset({"__matmul__", "matmul"})
+
+
+def _basic(args: tuple) -> bool:
+    index = args[1] if len(args) > 1 else None
+    return not any(isinstance(i, mx.array) for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
+    """``mx.matmul`` as ``ops.cpp`` builds it: operands cast to the result type (``AsType``), a 3-D or more
+    ``a`` times a 2-D ``b`` as one GEMM over ``a`` flattened (a copy where no strides flatten it), else both
+    broadcast over the batch; on the CPU, an operand whose last two dimensions are neither row- nor
+    column-major is copied at its broadcast shape first (``check_transpose``), the copy held until the
+    matmul's task completes."""
+    a, b = args[0], args[1]
+    g = t.graph
+    shapes = [a.shape, b.shape]
+    nodes, layouts = list(ins), [t.strides(ins[0], a.shape), t.strides(ins[1], b.shape)]
+    for k, x in enumerate((a, b)):
+        if x.dtype != out.dtype:  # type promotion: a unary AsType keeps a dense operand's strides
+            nodes[k] = g.op("AsType", [nodes[k]], x.size * out.dtype.size)
+            layouts[k] = layouts[k] if dense(x.shape, layouts[k]) else row_major(x.shape)
+    flat = a.ndim > 2 and b.ndim <= 2
+    if flat:
+        rows = (math.prod(a.shape[:-1]), a.shape[-1])
+        strides = reshape_strides(a.shape, layouts[0], rows)
+        nodes[0] = g.op("Reshape", [nodes[0]], math.prod(rows) * out.dtype.size) if strides is None \
+            else g.view("Broadcast", nodes[0])
+        shapes[0], layouts[0] = rows, strides or row_major(rows)
+    elif a.ndim > 2 or b.ndim > 2:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        for k in (0, 1):
+            full = (*batch, *shapes[k][-2:])
+            if full != shapes[k]:
+                layouts[k] = broadcast_strides(shapes[k], layouts[k], full)
+                shapes[k], nodes[k] = full, g.view("Broadcast", nodes[k])
+    held = []
+    for k in (0, 1):
+        if t.cpu and matmul_operand_copied(shapes[k], layouts[k]):
+            held.append(nodes[k])
+            nodes[k] = g.op("Copy", [nodes[k]], math.prod(shapes[k]) * out.dtype.size)
+    flops = 2 * out.size * a.shape[-1]
+    n = t.op("Matmul", nodes + held, out, flops=flops)
+    if flat:  # unflatten: a view of the GEMM's rows
+        t.bind(out, g.view("Broadcast", n), row_major(out.shape))
 
 
 def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) -> None:
@@ -246,6 +334,33 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
 
 
+def _conv1d_cpu(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) -> bool:
+    """``mx.conv1d`` on the CPU: ``explicit_gemm_conv_1D_cpu`` (``mlx/backend/cpu/conv.cpp``) pads the input
+    into a float32 copy, unfolds it into a float32 ``(N * oH, wH * C)`` matrix, copies a grouped or non-float32
+    weight to float32 and, for a non-float32 output, runs the GEMM into a float32 buffer copied into the output;
+    every temporary lives until the convolution's task completes. Returns False for the other paths (dilation)."""
+    x, w = args[0], args[1]
+    params = dict(zip(("stride", "padding", "dilation", "groups"), args[2:6]), **kwargs)
+    if params.get("dilation", 1) != 1:
+        return False
+    n, ih, c = x.shape
+    o, wh, c_per_group = w.shape
+    oh, pad = out.shape[1], params.get("padding", 0)
+    f32 = mx.float32.size
+    g = t.graph
+    padded = g.op("ConvPad", [ins[0]], n * (ih + 2 * pad) * c * f32)
+    unfolded = g.op("ConvUnfold", [padded], n * oh * wh * c * f32)
+    temps = [padded, unfolded]
+    weight = ins[1]
+    if c != c_per_group or w.dtype != mx.float32:
+        weight = g.op("ConvWeight", [ins[1]], o * wh * c_per_group * f32)
+        temps.append(weight)
+    if out.dtype != mx.float32:
+        temps.append(g.op("Matmul", [unfolded, weight], out.size * f32))
+    t.op("Convolution", [*ins[:2], *temps], out, flops=2 * out.size * wh * c_per_group)
+    return True
+
+
 def _wrap(t: Trace, name: str, fn: Callable) -> Callable:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if t.depth:  # an op called from inside another traced op is part of it
@@ -261,25 +376,88 @@ def _wrap(t: Trace, name: str, fn: Callable) -> Callable:
     return wrapped
 
 
-def _wrap_compiled(t: Trace, fn: Callable) -> Callable:
+def _wrap_compiled(t: Trace, fn: Callable, shapeless: bool = False) -> Callable:
     """An ``mx.compile``-d function, run eagerly (compile is off): MLX hands its Python function new
     objects for the arguments and returns a new object, so the arguments are matched to their nodes in
-    order of shape and dtype, and the result is bound to the last op that made an array like it."""
+    order of shape and dtype, and the result is bound to the last op that made an array like it. The ops
+    the outermost call recorded are then fused as MLX's ``compile_fuse`` fuses them (``_fuse_compiled``)."""
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if t.depth:
             return fn(*args, **kwargs)
         ins = [a for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
         t.pending_args.append([(t.node(a), a.shape, a.dtype) for a in ins])
+        start = len(t.graph.arrays)
         try:
             out = fn(*args, **kwargs)
         finally:
             t.pending_args.pop()
-        for o in _arrays(out):
-            t.node(o)
+        outs = [t.node(o) for o in _arrays(out)]
+        if t.cpu and not t.pending_args:  # a compiled function called inside another is traced into it
+            _fuse_compiled(t.graph, start, outs, shapeless)
         return out
 
     return wrapped
+
+
+FUSABLE = frozenset(ELEMENTWISE - {"softmax"}) | {
+    "astype", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__invert__",
+    "greater", "greater_equal", "less", "less_equal", "equal", "not_equal", "logical_not", "logical_and",
+    "logical_or", "floor", "ceil", "round", "erf", "Broadcast"}
+"""Primitives ``compile_fuse`` fuses (``is_fusable``, ``mlx/compile.cpp``: unary, binary, ``Select``,
+``Broadcast``); a reduction, a matmul, a softmax or a reshape ends a fused section."""
+MAX_COMPILE_DEPTH = 11  # mlx/compile.cpp max_compile_depth
+MAX_COMPILE_ARRAYS = 24  # mlx/compile.cpp max_compile_arrays
+
+
+def _fuse_compiled(g: StepGraph, start: int, outputs: list[int], shapeless: bool = False) -> None:
+    """``compile_fuse`` over the nodes ``start:`` one compiled call recorded: walking back from the last,
+    each non-broadcast fusable node takes in the fusable nodes it reads (at most 11 deep, 24 inputs) whose
+    readers are all in the section; a section of two or more becomes one ``Compiled`` node in the root's
+    place, reading the section's inputs, which it may donate (``compiled_allocate_outputs``). The nodes it
+    absorbed are left unread."""
+    arrays = g.arrays
+    readers: dict[int, list[int]] = {}
+    for n in range(start, len(arrays)):
+        for i in arrays[n].inputs:
+            readers.setdefault(i, []).append(n)
+    done: set[int] = set()
+    for root in range(len(arrays) - 1, start - 1, -1):
+        if root in done or arrays[root].prim not in FUSABLE or arrays[root].prim == "Broadcast":
+            continue
+        section, inputs = _section(arrays, root, start, readers, done | set(outputs), shapeless)
+        if len(section) <= 1:
+            continue
+        done |= section
+        a = arrays[root]
+        a.prim, a.inputs, a.kernels, a.donors = "Compiled", inputs, 1, tuple(range(len(inputs)))
+        a.work_bytes = a.nbytes + sum(arrays[i].nbytes for i in inputs)
+
+
+def _section(arrays: list[Array], root: int, start: int, readers: dict[int, list[int]],
+             closed: set[int], shapeless: bool) -> tuple[set[int], list[int]]:
+    """The fused section ``compile_fuse``'s first pass grows from ``root`` and its inputs, in order: a node
+    joins once every reader of it has joined (until then it is an input); ``closed`` nodes never join."""
+    section: set[int] = set()
+    inputs: dict[int, None] = {}  # insertion-ordered set
+
+    def take(n: int, depth: int) -> None:
+        if n in section:
+            return
+        a = arrays[n]
+        joins = n >= start and a.prim in FUSABLE and depth < MAX_COMPILE_DEPTH and (n == root or n not in closed)
+        if joins and depth and any(r not in section for r in readers.get(n, ())):
+            joins = False
+        if not joins or len(inputs) >= MAX_COMPILE_ARRAYS:
+            inputs[n] = None
+            return
+        inputs.pop(n, None)
+        section.add(n)
+        for i in a.inputs:  # shapeless: a binary op broadcasts every operand (a Broadcast, one level deeper)
+            take(i, depth + 1 + (shapeless and len(a.inputs) > 1 and arrays[i].prim != "Broadcast"))
+
+    take(root, 0)
+    return section, [i for i in inputs if i not in section]
 
 
 def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
@@ -294,15 +472,55 @@ def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
             fn(a, index, value)
         finally:
             t.depth -= 1
-        t.bind(a, t.graph.op("SliceUpdate", [old, *vin], a.nbytes, work_bytes=2 * a.nbytes, donors=(0,)))
+        if isinstance(value, mx.array) and _whole(a.shape, index):  # ops.cpp: the update itself, no SliceUpdate
+            n, strides = vin[0], broadcast_strides(value.shape, t.strides(vin[0], value.shape), a.shape)
+            if value.dtype != a.dtype:
+                n = t.graph.op("AsType", [n], value.size * a.dtype.size)
+                strides = strides if dense(value.shape, strides) else row_major(a.shape)
+            t.bind(a, n if value.shape == a.shape else t.graph.view("Broadcast", n), strides)
+            return
+        t.bind(a, t.graph.op("SliceUpdate", [old, *vin], a.nbytes, work_bytes=2 * a.nbytes, donors=(0,)),
+               row_major(a.shape))
 
     return setitem
 
 
+def _whole(shape: tuple[int, ...], index: Any) -> bool:
+    """Whether a basic index selects all of an array of ``shape`` (``slice_update``'s short cut)."""
+    if isinstance(index, mx.array) or isinstance(index, tuple) and any(isinstance(i, mx.array) for i in index):
+        return False
+    base = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape, (0,) * len(shape))
+    try:
+        return base[index].shape == tuple(shape)
+    except (IndexError, TypeError, ValueError):
+        return False
+
+
+def _shapeless(module: Any, name: str) -> bool:
+    """Whether ``module.name`` was compiled ``shapeless=True``, read from its decorator (MLX keeps the flag
+    inside the compiled object): shapeless tracing broadcasts every operand of a binary op, which deepens
+    the graph ``compile_fuse`` walks (``x ** 3`` in ``gelu_approx`` falls past depth 11 into its own kernel)."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return False
+    found = re.search(rf"((?:^@.*\n)+)def {re.escape(name)}\(", source, re.MULTILINE)
+    return bool(found and "shapeless=True" in found.group(1))
+
+
+def _cpu_dequantize(recorded: Callable) -> Callable:
+    def dequantize(*args: Any, **kwargs: Any) -> Any:
+        mode = kwargs.get("mode", args[5] if len(args) > 5 else "affine")
+        return (fallbacks.dequantize if mode == "affine" else recorded)(*args, **kwargs)
+
+    return dequantize
+
+
 @contextlib.contextmanager
-def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0) -> Iterator[Trace]:
-    """Record every array op made inside the block; ``mx.compile`` is off meanwhile."""
-    t = Trace(sdpa_kernels, bytes_per_flop)
+def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False) -> Iterator[Trace]:
+    """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
+    CPU backend's implementations where they allocate temporaries (convolutions)."""
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu)
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, attr: str, new: Any) -> None:
@@ -312,6 +530,8 @@ def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0) -> Iter
     for name in MX_FUNCTIONS:
         if hasattr(mx, name):
             patch(mx, name, _wrap(t, name, getattr(mx, name)))
+    if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
+        patch(mx, "dequantize", _cpu_dequantize(mx.dequantize))
     for name in FAST_FUNCTIONS:
         if sdpa_kernels == "fallback":  # no kernel on this backend: MLX builds the fallback graph
             patch(mx.fast, name, getattr(fallbacks, name))
@@ -332,10 +552,12 @@ def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0) -> Iter
         if t.on_eval is not None:
             t.on_eval(list(_arrays(args)))
 
-    for module in [m for name, m in list(sys.modules.items()) if name.startswith(COMPILED_MODULES) and m]:
-        for attr, value in list(vars(module).items()):
-            if type(value).__name__ == "_gc_func":
-                patch(module, attr, _wrap_compiled(t, value))
+    compiled = [(module, attr, value) for name, module in list(sys.modules.items())
+                if name.startswith(COMPILED_MODULES) and module
+                for attr, value in list(vars(module).items()) if type(value).__name__ == "_gc_func"]
+    shapeless = {id(v) for module, attr, v in compiled if _shapeless(module, attr)}  # where it is defined
+    for module, attr, value in compiled:
+        patch(module, attr, _wrap_compiled(t, value, id(value) in shapeless))
     patch(mx, "eval", evaluate)
     patch(mx, "async_eval", evaluate)
     patch(mx.array, "item", lambda a: (evaluate(a), 0)[1])
