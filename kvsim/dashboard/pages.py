@@ -34,6 +34,8 @@ def render(inputs: Inputs) -> None:
             with tab:
                 fn(inputs)
     runner.end()  # work for inputs this run no longer shows is stopped
+    if tabs[0].open:
+        views.warm_fit_imports()  # the page is drawn; the fit jobs started after this fork warm
     if runner.pending:
         _refresh(runner)
 

@@ -37,26 +37,25 @@ def simulate_one(scenario: Scenario, memory_limit_bytes: int | None) -> SimResul
     return simulate(scenario, memory_limit_bytes=memory_limit_bytes, record_events=False)
 
 
-def _warm_imports() -> None:
-    """Import once in the dashboard's process what the jobs import, so that the runner's workers, forked
-    per job, start with it: ``kvsim.api`` and, for "Will it fit?", ``kvsim.generation`` with mlx-lm's
-    model classes (``mlx_lm.utils`` imports transformers: about 1.8 s, which every fit job paid before
-    building its model in 0.1 s). The first session of a server waits for it once."""
-    import kvsim.api  # noqa: F401
-
+def warm_fit_imports() -> None:
+    """Import in the dashboard's process what "Will it fit?" jobs import, so that the runner's workers,
+    forked per job, start with it: ``kvsim.generation`` and mlx-lm's model classes (``mlx_lm.utils``
+    imports transformers: about 1.8 s, which every fit job paid before building its model in 0.1 s).
+    Called once the fit page is drawn (``pages.render``): its first job imports on its own meanwhile."""
     try:
         import mlx_lm.utils  # noqa: F401 - kvsim.generation.model._instantiate's import
 
         import kvsim.generation.predict  # noqa: F401
         import kvsim.generation.verdict  # noqa: F401
-    except ImportError:  # no mlx-lm: the fit page says what to install when it is opened
+    except ImportError:  # no mlx-lm: the fit page says what to install
         pass
 
 
 def session_runner() -> Runner:
     """This session's worker processes (``kvsim.dashboard.runner``)."""
     if "kvsim_runner" not in st.session_state:
-        _warm_imports()
+        import kvsim.api  # noqa: F401 - imported here once, so that forked workers start warm
+
         st.session_state.kvsim_runner = Runner()
     return st.session_state.kvsim_runner
 

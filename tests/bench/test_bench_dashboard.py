@@ -35,13 +35,13 @@ SETTLE_CAP_S = 600.0  # a session's background work, refreshes included, is foll
 
 @pytest.fixture(scope="module", autouse=True)
 def _server_started() -> None:
-    """A server's first session imports what later sessions find imported (mlx-lm's model classes for the
-    fit jobs, ``kvsim.dashboard.views._warm_imports``); cold is a later session's, as a user meets it."""
+    """A server's first session, on the page the dashboard opens, imports what later sessions find
+    imported (mlx-lm's model classes for the fit jobs, ``kvsim.dashboard.views.warm_fit_imports``);
+    cold is a later session's."""
     at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params["view"] = "Layers"
     start = time.perf_counter()
     at.run()
-    print(f"\nthe server's first session (Layers): {time.perf_counter() - start:.2f} s")
+    print(f"\nthe server's first session ({VIEWS[0]}): {time.perf_counter() - start:.2f} s")
 
 
 def _work(at: AppTest) -> runner.Runner | None:
