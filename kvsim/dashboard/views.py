@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from collections.abc import Hashable
 from dataclasses import replace
 
 import pandas as pd
@@ -13,7 +11,7 @@ import streamlit as st
 from kvsim.dashboard import charts, drawn, runner
 from kvsim.dashboard.breakdown import layer_rows
 from kvsim.dashboard.config import Inputs
-from kvsim.dashboard.runner import MAX_KEPT, RUN_CAP_S, Runner
+from kvsim.dashboard.runner import RUN_CAP_S, Runner
 from kvsim.dashboard.sweeps import Progress, Record, policy_label, scenario_for, summary_record
 from kvsim.scenario.parse import Scenario
 from kvsim.sim import memo
@@ -21,7 +19,7 @@ from kvsim.sim.result import SimResult
 from policies.parse import PolicyError
 
 MIB = charts.MIB
-_summaries: OrderedDict[Hashable, Record] = OrderedDict()  # runner key -> summary record (label left blank)
+Simulated = tuple[SimResult, Record]  # a result and its summary record
 
 
 @st.cache_data(max_entries=512, show_spinner=False)
@@ -60,51 +58,51 @@ def session_runner() -> Runner:
     return st.session_state.kvsim_runner
 
 
-def _keys(scenarios: dict[str, Scenario], memory_limit_bytes: int | None) -> dict[str, Hashable]:
-    """Each scenario's runner key by label: the scenario without its id, and the limit."""
-    return {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
+def simulate_summarized(scenario: Scenario, memory_limit_bytes: int | None) -> Simulated:
+    """A worker process's job: one prediction and its summary record (``sweeps.summary_record``, label
+    left blank). The record's growth steps read every run of the timeline (0.5-1.5 s a result at 16M
+    tokens, 10 ms at 128K): here, not in the page's reruns."""
+    result = simulate_one(scenario, memory_limit_bytes)
+    return result, summary_record("", result)
+
+
+def fetch_many(
+    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
+) -> tuple[dict[str, Simulated], dict[str, str], list[str]]:
+    """(result, summary record) by label of what finished within the answer budget, one-line errors (a
+    cut simulation's says so), and the labels still computing (they fill in on the next refresh). A
+    job is kept by the scenario without its id and the limit."""
+    keys = {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
+    jobs = {key: (simulate_summarized, (key[1], memory_limit_bytes)) for key in keys.values()}
+    done, failed, _ = session_runner().fetch(jobs, on_progress=progress)
+    finished = {label: (replace(done[key][0], scenario_id=label), {**done[key][1], "label": label})
+                for label, key in keys.items() if key in done}
+    errors = {label: failed[key] for label, key in keys.items() if key in failed}
+    return finished, errors, [label for label in scenarios if label not in finished and label not in errors]
 
 
 def simulate_many(
     scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
 ) -> tuple[dict[str, SimResult], dict[str, str], list[str]]:
-    """Results by label of what finished within the answer budget, one-line errors (a cut
-    simulation's says so), and the labels still computing (they fill in on the next refresh)."""
-    keys = _keys(scenarios, memory_limit_bytes)
-    jobs = {key: (simulate_one, (key[1], memory_limit_bytes)) for key in keys.values()}
-    done, failed, _ = session_runner().fetch(jobs, on_progress=progress)
-    results = {label: replace(done[key], scenario_id=label) for label, key in keys.items() if key in done}
-    errors = {label: failed[key] for label, key in keys.items() if key in failed}
-    return results, errors, [label for label in scenarios if label not in results and label not in errors]
+    """``fetch_many``'s results alone."""
+    finished, errors, pending = fetch_many(scenarios, memory_limit_bytes, progress)
+    return {label: result for label, (result, _) in finished.items()}, errors, pending
 
 
 def summaries_many(
     scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
 ) -> tuple[dict[str, Record], dict[str, str], list[str]]:
-    """``simulate_many`` with each result's summary record (``sweeps.summary_record``) in its place,
-    kept by the simulation's key: its growth steps read the whole timeline (about 10 ms a result at
-    128K tokens, 24 of them in the default sweeps), once rather than on every rerun."""
-    keys = _keys(scenarios, memory_limit_bytes)
-    results, errors, pending = simulate_many(scenarios, memory_limit_bytes, progress)
-    records = {}
-    for label, result in results.items():
-        key = keys[label]
-        if key not in _summaries:
-            _summaries[key] = summary_record("", result)
-            if len(_summaries) > MAX_KEPT:
-                _summaries.popitem(last=False)
-        _summaries.move_to_end(key)
-        records[label] = {**_summaries[key], "label": label}
-    return records, errors, pending
+    """``fetch_many``'s summary records alone."""
+    finished, errors, pending = fetch_many(scenarios, memory_limit_bytes, progress)
+    return {label: record for label, (_, record) in finished.items()}, errors, pending
 
 
 def forget() -> None:
-    """Drop every kept result, summary and chart spec (benchmarks time cold renders)."""
+    """Drop every kept result and chart spec (benchmarks time cold renders)."""
     runner.forget()
     memo.clear()
     simulate_cached.clear()
     drawn.forget()
-    _summaries.clear()
 
 
 def report_unfinished(errors: dict[str, str], pending: list[str]) -> None:
@@ -136,9 +134,9 @@ def results_of(inputs: Inputs) -> tuple[dict[str, SimResult], list[str]]:
     return {label: simulate_cached(s, inputs.kv_limit_bytes) for label, s in scenarios.items()}, errors
 
 
-def summary_frame(results: dict[str, SimResult]) -> pd.DataFrame:
-    """Headline numbers per policy, bytes in MiB."""
-    frame = pd.DataFrame([summary_record(label, r) for label, r in results.items()])
+def summary_frame(records: list[Record]) -> pd.DataFrame:
+    """Headline numbers per policy (``sweeps.summary_record``s), bytes in MiB."""
+    frame = pd.DataFrame(records)
     for col in [c for c in frame.columns if c.endswith("_bytes") or c == "bytes_copied"]:
         frame[col.replace("_bytes", "").replace("_", " ") + " MiB"] = frame.pop(col) / MIB
     first = ["label", "peak MiB", "steady kv MiB", "final kv MiB", "over allocation MiB", "grow_events", "bytes copied MiB"]
@@ -155,12 +153,12 @@ def timeline_csv(results: dict[str, SimResult]) -> str:
     return pd.DataFrame(rows).to_csv(index=False)
 
 
-def exports(inputs: Inputs, scenarios: dict[str, Scenario], results: dict[str, SimResult]) -> None:
-    """Download buttons: the scenarios as `kvsim predict` input, summary and timeline CSVs."""
+def exports(inputs: Inputs, scenarios: dict[str, Scenario], results: dict[str, SimResult], summary: pd.DataFrame) -> None:
+    """Download buttons: the scenarios as `kvsim predict` input, the summary and timeline CSVs."""
     objs = [obj for obj in inputs.scenario_objects([policy_label(p) for p in inputs.policies]) if obj["id"] in scenarios]
     col1, col2, col3 = st.columns(3)
     col1.download_button("scenarios JSON (kvsim predict)", json.dumps(objs, indent=1), "scenarios.json", "application/json")
-    col2.download_button("summary CSV", summary_frame(results).to_csv(index=False), "summary.csv", "text/csv")
+    col2.download_button("summary CSV", summary.to_csv(index=False), "summary.csv", "text/csv")
     col3.download_button("timeline CSV", lambda: timeline_csv(results), "timeline.csv", "text/csv")  # made on click
 
 
@@ -171,10 +169,11 @@ def render_timeline(inputs: Inputs) -> None:
         st.error(line)
     if not scenarios:
         return
-    results, failed, pending = simulate_many(scenarios, inputs.kv_limit_bytes)
+    finished, failed, pending = fetch_many(scenarios, inputs.kv_limit_bytes)
     report_unfinished(failed, pending)
-    if not results:
+    if not finished:
         return
+    results = {label: result for label, (result, _) in finished.items()}
     scenarios = {label: s for label, s in scenarios.items() if label in results}
     limit = inputs.kv_limit_bytes
     for label, r in results.items():
@@ -182,12 +181,14 @@ def render_timeline(inputs: Inputs) -> None:
             st.warning(f"{label}: exceeds the memory limit (minus weights) at step {r.summary.first_step_over_limit}")
     drawn.draw(charts.timeline_chart, charts.timeline_frame(results), charts.growth_frame(results),
                None if limit is None else limit / MIB, width="stretch")
-    st.dataframe(summary_frame(results), hide_index=True, width="stretch")
-    exports(inputs, scenarios, results)
+    summary = summary_frame([record for _, record in finished.values()])
+    st.dataframe(summary, hide_index=True, width="stretch")
+    exports(inputs, scenarios, results, summary)
 
 
 def render_layers(inputs: Inputs) -> None:
-    """View 3: capacity vs used rows per layer at a chosen token (footprint arithmetic)."""
+    """View 3: capacity vs used rows per layer at a chosen token (footprint arithmetic, in a worker: it
+    replays the policy step by step, about 5 s for 16M decode tokens, which a rerun must not wait for)."""
     scenarios, errors = compared(inputs)
     for line in errors:
         st.error(line)
@@ -197,7 +198,16 @@ def render_layers(inputs: Inputs) -> None:
     col1, col2 = st.columns([2, 1])
     label = col1.selectbox("policy", list(scenarios), key="layers_policy")
     token = int(col2.number_input("at token", 1, total, total, key="token", bind="query-params"))
-    records = layer_rows(scenarios[label], token)
+    key = ("layers", replace(scenarios[label], id=None), token)
+    done, failed, _ = session_runner().fetch({key: (layer_rows, (key[1], token))})
+    if key in failed:
+        st.warning(f"{label}: {failed[key]}")
+        return
+    if key not in done:
+        st.info(f"Replaying {label}'s growth through token {token:,}: the layers appear when it finishes "
+                f"(cut after {RUN_CAP_S:g} s).")
+        return
+    records = done[key]
     capacity = sum(r["capacity_bytes"] for r in records)
     used = sum(r["used_bytes"] for r in records)
     c1, c2, c3 = st.columns(3)
