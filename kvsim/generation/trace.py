@@ -222,8 +222,8 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     if base == "__getitem__" and ins:
         t.op("Gather", ins, outs[0])
         return
-    if base == "astype" and ins and outs[0].dtype == args[0].dtype:
-        t.bind(outs[0], ins[0])
+    if (base == "astype" and ins and outs[0].dtype == args[0].dtype) or base == "stop_gradient":
+        t.bind(outs[0], ins[0])  # the input itself (StopGradient shares its buffer and strides)
         return
     if base in MATMUL_OPS and len(ins) == 2:
         _matmul(t, args, ins, outs[0])

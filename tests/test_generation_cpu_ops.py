@@ -1,0 +1,158 @@
+"""kvsim generate on the CPU: the traced graph allocates what MLX allocates, op by op, and the stored real
+generations that exposed the missing allocations are predicted within 3% (issue #17).
+
+Per op: one forward of a scaled one-layer model is run in real MLX with every intercepted op evaluated alone
+(its inputs evaluated first, ``mx.reset_peak_memory()`` before, ``mx.get_peak_memory()`` above the active
+memory after; compile off, ``mx.fast`` ops as their fallback graphs), and traced by ``kvsim.generation.trace``;
+the bytes each call allocates must equal the bytes of the nodes the trace made for it, within ``SLACK`` (in-place
+ops excepted: real MLX donates there, which the simulator decides when it plays the graph).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm.models.cache import make_prompt_cache
+
+from kvsim.core.paths import REPO_DATA_DIR
+from kvsim.generation import fallbacks
+from kvsim.generation import trace as tr
+from kvsim.generation.config import ModelConfig, load_model_config
+from kvsim.generation.measure import scale_config
+from kvsim.generation.model import build_model
+from kvsim.generation.predict import predict
+from kvsim.generation.schedule import Workload
+from kvsim.sim.graph import VIEW_PRIMS
+
+SCALE = {"hidden_size": 256, "intermediate_size": 768, "vocab_size": 8192}
+SLACK = 4096
+"""Bytes an op may allocate beyond the trace's: the CPU ``GatherQMM`` copies its 1 KiB of expert indices."""
+RUNS = REPO_DATA_DIR / "generation" / "mlx-cpu-0.32.4"
+
+
+def _arrays(x: Any) -> Iterator[mx.array]:
+    if isinstance(x, mx.array):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _arrays(y)
+
+
+def _traced_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, int]]:
+    """(op, bytes of the non-view nodes the trace made for it) per intercepted call."""
+    built = build_model(ModelConfig(config, name))
+    cache = make_prompt_cache(built.model)
+    log: list[tuple[str, int]] = []
+    record = tr._record
+
+    def logged(t: tr.Trace, op: str, args: tuple, kwargs: dict, out: Any) -> None:
+        first = len(t.graph.arrays)
+        record(t, op, args, kwargs, out)
+        log.append((op, sum(a.nbytes for a in t.graph.arrays[first:] if a.prim and a.prim not in VIEW_PRIMS)))
+
+    tr._record = logged
+    try:
+        with tr.tracing("fallback", cpu=True) as t:
+            t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
+            built.model(tokens, cache=cache)
+    finally:
+        tr._record = record
+    return log
+
+
+def _real_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, int]]:
+    """(op, bytes real MLX allocates evaluating it alone) per call of the same forward."""
+    mx.random.seed(0)
+    model = build_model(ModelConfig(config, name), stand_in=False).model
+    # dense parameters, as a loaded checkpoint holds them (mamba's A_log is a lazy broadcast after __init__)
+    model.update(tree_map(mx.contiguous, model.parameters()))
+    mx.eval(model.parameters())
+    cache = make_prompt_cache(model)
+    log: list[tuple[str, int]] = []
+    depth = [0]
+
+    def wrap(op: str, fn: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return fn(*args, **kwargs)
+            ins = [*_arrays(args), *_arrays(list(kwargs.values()))]
+            if ins:
+                mx.eval(ins)
+            depth[0] += 1
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            outs = list(_arrays(out))
+            if outs:
+                mx.synchronize()
+                mx.clear_cache()
+                base = mx.get_active_memory()
+                mx.reset_peak_memory()
+                mx.eval(outs)
+                mx.synchronize()
+                log.append((op, max(mx.get_peak_memory() - base, 0)))
+            return out
+
+        return run
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, attr: str, new: Any) -> None:
+        saved.append((owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)))
+        setattr(owner, attr, new)
+
+    for op in tr.MX_FUNCTIONS:
+        if hasattr(mx, op):
+            patch(mx, op, wrap(op, getattr(mx, op)))
+    for op in tr.METHODS:
+        attr = mx.array.__dict__.get(op)
+        if attr is not None:
+            patch(mx.array, op, property(wrap(op, attr.fget)) if isinstance(attr, property) else wrap(op, attr))
+    for op in tr.FAST_FUNCTIONS:
+        patch(mx.fast, op, getattr(fallbacks, op))
+    mx.disable_compile()
+    try:
+        model(tokens, cache=cache)
+    finally:
+        mx.enable_compile()
+        for owner, attr, old in reversed(saved):
+            setattr(owner, attr, old)
+    return log
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt-oss-20b", "lfm2-1.2b", "mamba-130m-hf", "phi-2"])
+def test_each_op_allocates_what_mlx_allocates(name: str):
+    """gpt2: split k/v copied by the matmul; gpt-oss: probabilities sliced past the sink column, copied;
+    lfm2 and mamba: the grouped conv1d's float32 temporaries; mamba: ``+=``; phi-2: float16 caches cast."""
+    layers = 2 if name in ("lfm2-1.2b", "gpt-oss-20b") else 1  # both kinds of layer (conv or sliding, attention)
+    widths = {**SCALE, **({"hidden_size": 320} if name == "phi-2" else {})}  # phi's partial rotary
+    config = scale_config(load_model_config(name).config, layers, **widths)
+    tokens = mx.zeros((1, 128), mx.uint32)
+    mx.eval(tokens)
+    traced, real = _traced_bytes(name, config, tokens), _real_bytes(name, config, tokens)
+    assert [op.split(".")[-1] for op, _ in traced] == [op for op, _ in real]
+    wrong = [(op, r, k) for (op, k), (_, r) in zip(traced, real) if op not in tr.IN_PLACE and abs(r - k) > SLACK]
+    assert not wrong
+    assert sum(k for _, k in traced) > 0
+
+
+STORED = [("heldout", "gpt-oss-20b", 2048), ("heldout", "mamba-130m-hf", 1024), ("heldout", "phi-2", 1024),
+          ("validation", "gpt2", 2048), ("validation", "stablelm-2-1_6b", 2048)]
+"""Runs kvsim under-predicted before the trace allocated as MLX does (docs/generation.md): -20.9%, -22.7%,
+-4.3%, -0.0% (gpt2 2048 moved with the fused gelu), -3.4%."""
+
+
+@pytest.mark.parametrize(("split", "name", "prompt_tokens"), STORED)
+def test_stored_cpu_runs_within_3_percent(split: str, name: str, prompt_tokens: int):
+    rows = [json.loads(line) for line in (RUNS / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    r = next(r for r in rows if r["name"] == name and r["prompt_tokens"] == prompt_tokens)
+    built = build_model(ModelConfig(r["config"], r["name"]))
+    p = predict(built, Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"]), "mlx-cpu")
+    assert p.weights_bytes == r["params_bytes"] and p.kv_bytes == r["kv_bytes"]
+    assert abs(p.peak_bytes / r["peak_bytes"] - 1) <= 0.03, (p.peak_bytes, r["peak_bytes"])
