@@ -56,3 +56,23 @@ def test_an_exception_is_one_line() -> None:
     work.begin(budget_s=60)
     _, failed, _ = work.fetch({"bad": (int, ("x",))})
     assert failed["bad"] == "ValueError: invalid literal for int() with base 10: 'x'"
+
+
+def test_abandoned_work_stops_when_the_server_catches_sigterm() -> None:
+    """``streamlit run`` installs a SIGTERM handler that forked workers inherit; terminating one must
+    still stop it (it used to keep simulating, orphaned)."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as streamlit's bootstrap does
+    try:
+        work = runner.Runner(workers=1)
+        work.begin(budget_s=0.2)
+        work.fetch({"slow": (time.sleep, (30,))})
+        process = work.running["slow"].process
+        time.sleep(0.3)  # the worker is inside the job, past its start-up
+        work.begin()
+        start = time.monotonic()
+        work.end()
+        assert not process.is_alive() and time.monotonic() - start < 1.0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
@@ -32,6 +33,12 @@ def cut_message() -> str:
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """A worker: run the job, send (ok, result or one-line error). SIGTERM and SIGINT go back to their
+    default actions first: a worker forked from ``streamlit run`` inherits the server's handlers
+    (streamlit/web/bootstrap.py ``_set_up_signal_handler``), which ask a server the worker does not run to
+    stop, so ``terminate()`` left a cut or abandoned simulation running, orphaned, until it finished."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         conn.send((True, fn(*args)))
     except Exception as err:  # noqa: BLE001 - reported on one line in the view
@@ -142,6 +149,9 @@ class Runner:
         if run.process.is_alive():
             run.process.terminate()
         run.process.join(timeout=1)
+        if run.process.is_alive():  # SIGTERM caught after all: SIGKILL
+            run.process.kill()
+            run.process.join(timeout=1)
         run.conn.close()
 
 
