@@ -487,8 +487,9 @@ def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
 
 def _whole(shape: tuple[int, ...], index: Any) -> bool:
     """Whether a basic index selects all of an array of ``shape`` (``slice_update``'s short cut)."""
-    if isinstance(index, mx.array) or isinstance(index, tuple) and any(isinstance(i, mx.array) for i in index):
-        return False
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, mx.array) or isinstance(i, slice) and (i.step or 1) < 0 for i in parts):
+        return False  # a gather, or negative strides: MLX keeps the SliceUpdate
     base = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape, (0,) * len(shape))
     try:
         return base[index].shape == tuple(shape)
