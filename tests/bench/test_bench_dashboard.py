@@ -29,6 +29,7 @@ APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TOKENS = "131072"
 PARAMS = {"decode": TOKENS, "fit_prompt": TOKENS}  # the sidebar's tabs and "Will it fit?" at 128K tokens
 COLD_S, WARM_S = 3.0, 1.0
+ANSWER_BUDGET_S = 1.0  # the runner's default (tests/conftest.py sets 300 s for the other tests)
 REPEATS = int(os.environ.get("KVSIM_BENCH_REPEATS", "3"))
 SETTLE_CAP_S = 600.0  # a session's background work, refreshes included, is followed this long at most
 
@@ -40,7 +41,9 @@ def _server_started() -> None:
     cold is a later session's."""
     at = AppTest.from_file(APP, default_timeout=300)
     start = time.perf_counter()
-    at.run()
+    with pytest.MonkeyPatch.context() as patch:  # tests/conftest.py's budget waits for every result
+        patch.setattr(runner, "ANSWER_BUDGET_S", ANSWER_BUDGET_S)
+        at.run()
     print(f"\nthe server's first session ({VIEWS[0]}): {time.perf_counter() - start:.2f} s")
 
 
@@ -88,7 +91,7 @@ def _timed_run(at: AppTest) -> float:
 def test_tab_answers_within_budget_at_128k_tokens(view: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import mlx.core as mx
 
-    monkeypatch.setattr(runner, "ANSWER_BUDGET_S", 1.0)
+    monkeypatch.setattr(runner, "ANSWER_BUDGET_S", ANSWER_BUDGET_S)
     colds, warms = [], []
     for _ in range(REPEATS):
         at = _fresh_session(view)
