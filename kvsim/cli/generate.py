@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from kvsim.cli.calibrate import positive_int
 from kvsim.core.errors import KvsimError
 
 EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 BACKENDS = ("mlx-cpu", "mlx-cuda", "mlx-metal")
 KV_BITS = (2, 3, 4, 5, 6, 8)
 
@@ -30,9 +32,23 @@ def add_generate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None, help="default: the device's, else mlx-cpu")
     p.add_argument("--device", default=None, help="mac-16gb ... mac-512gb, h100, h200, rtx-4090, ...: fit verdict")
     p.add_argument("--no-search", action="store_true", help="with --device: skip the longest-context search")
+    p.add_argument("--search-budget-s", type=nonnegative_float, default=60.0,
+                   help="with --device: wall-clock seconds for the settings and the search (default 60); "
+                        "past them the best bounds found are reported")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=cmd_generate)
     return p
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def parse_policy(text: str | None) -> dict[str, Any] | None:
@@ -50,6 +66,15 @@ def parse_policy(text: str | None) -> dict[str, Any] | None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    """``kvsim generate``; Ctrl-C exits 130 with one line."""
+    try:
+        return _generate(args)
+    except KeyboardInterrupt:
+        print("kvsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _generate(args: argparse.Namespace) -> int:
     try:  # mlx-lm builds the model: the mlx extra, not the simulator's own needs
         from kvsim.generation.config import load_model_config
         from kvsim.generation.devices import device
@@ -78,7 +103,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     out: dict[str, Any] = pred.to_json()
     if dev is not None:
-        out.update(_fit(built, w, dev, backend, policy, pred, args.no_search))
+        out.update(_fit(built, w, dev, backend, policy, pred, args.search_budget_s, not args.no_search))
     if args.json:
         print(json.dumps(out))
     else:
@@ -87,18 +112,46 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _fit(built: Any, w: Any, dev: Any, backend: str, policy: dict[str, Any] | None, pred: Any,
-         no_search: bool) -> dict[str, Any]:
-    from kvsim.generation.verdict import context_per_policy, verdict, what_fits
+         budget_s: float, search: bool) -> dict[str, Any]:
+    """The verdict; the settings that make it fit (when it does not); the longest prompt per policy (with
+    ``search``), all within ``budget_s`` seconds: what they leave undone is reported as such."""
+    from kvsim.generation.verdict import CONTEXT_STEP_TOKENS, Budget, context_per_policy, verdict, what_fits
 
     v = verdict(pred.peak_bytes, dev, pred)
-    out: dict[str, Any] = {"verdict": v.to_json()}
+    out: dict[str, Any] = {"verdict": v.to_json(), "search_budget_s": budget_s}
+    budget = Budget(budget_s)
+    seeds: dict[str, dict[int, int]] = {}  # predictions already made at a probe's length are probes
+    if w.prompt_tokens % CONTEXT_STEP_TOKENS == 0:
+        seeds[policy["name"] if policy else "mlx-lm"] = {w.prompt_tokens: pred.peak_bytes}
     if not v.fits:
-        out["fixes"] = [{"flags": o.label, "peak_bytes": p.peak_bytes, "fits": verdict(p.peak_bytes, dev).fits}
-                        for o, p in what_fits(built, w, dev, backend, policy)]
-    if not no_search:
+        tried, untried = what_fits(built, w, dev, backend, policy, budget)
+        out["fixes"] = [{"flags": o.label, "peak_bytes": p.peak_bytes, "peak_exact": p.exact,
+                         "fits": verdict(p.peak_bytes, dev).fits} for o, p in tried]
+        for o, p in tried:
+            if o.label == "--policy lowpeak" and w.prompt_tokens % CONTEXT_STEP_TOKENS == 0:
+                seeds["lowpeak"] = {w.prompt_tokens: p.peak_bytes}
+        if untried:
+            out["fixes_untried"] = [o.label for o in untried]
+    if search:
         pols = {"mlx-lm": policy, "lowpeak": {"name": "lowpeak"}} if policy is None else {policy["name"]: policy}
-        out["longest_prompt_tokens"] = context_per_policy(built, w, dev, backend, pols)
+        found = context_per_policy(built, w, dev, backend, pols, budget, seeds,
+                                   pred.peak_kv_bytes / max(pred.peak_offset, 1))
+        out["longest_prompt_tokens"] = {name: f.fits_tokens for name, f in found.items()}
+        out["longest_prompt_search"] = {name: f.to_json() for name, f in found.items()}
+    out["search_s"] = round(time.monotonic() - budget.start_s, 1)
     return out
+
+
+def _found(f: dict[str, Any], budget_s: float) -> str:
+    """``123904 tokens``; ``at least 65536 tokens (...)`` when the budget ran out first."""
+    n = f["fits_tokens"]
+    if f["at_limit"]:
+        return f"{n} tokens or more (the search's limit)"
+    if f["done"]:
+        return f"{n} tokens" if n else "none (not even 128 tokens)"
+    over = f"{f['over_tokens']} tokens does not fit" if f["over_tokens"] else ""
+    found = f"at least {n} tokens" + (f", {over}" if over else "") if n else (over or "not probed")
+    return f"{found} (the {budget_s:g} s search budget ran out: --search-budget-s)"
 
 
 def _gb(n: int) -> str:
@@ -130,7 +183,10 @@ def _text(o: dict[str, Any]) -> str:
                      + (f"; wired at most {_gb(v['wired_bytes'])} (min(active + cache, working set))"
                         if "wired_bytes" in v else ""))
         for fix in o.get("fixes", []):
-            lines.append(f"  {'fits ' if fix['fits'] else 'still over'} with {fix['flags']}: peak {_gb(fix['peak_bytes'])}")
-        for name, n in o.get("longest_prompt_tokens", {}).items():
-            lines.append(f"  longest prompt that fits with {name}: {n} tokens")
+            peak = _gb(fix["peak_bytes"]) if fix["peak_exact"] else f"at least {_gb(fix['peak_bytes'])}"
+            lines.append(f"  {'fits ' if fix['fits'] else 'still over'} with {fix['flags']}: peak {peak}")
+        if o.get("fixes_untried"):
+            lines.append(f"  not tried within the {o['search_budget_s']:g} s budget: " + "; ".join(o["fixes_untried"]))
+        for name, f in o.get("longest_prompt_search", {}).items():
+            lines.append(f"  longest prompt that fits with {name}: {_found(f, o['search_budget_s'])}")
     return "\n".join(lines)

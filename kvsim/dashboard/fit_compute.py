@@ -17,6 +17,12 @@ from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import ModelConfig, ModelConfigError, load_model_config
 from kvsim.generation.devices import DEVICES, GIB, Device, mlx_device
 from kvsim.generation.schedule import Workload
+from kvsim.generation.verdict import (  # noqa: F401 - the page's search is kvsim generate's
+    CONTEXT_STEP_TOKENS,
+    SEARCH_LIMIT_TOKENS,
+    longest,
+    next_probe,
+)
 
 MIB = 1 << 20
 MLX_LM = "mlx-lm"
@@ -31,8 +37,6 @@ BACKEND_FROM_DEVICE = "device's"
 BACKENDS = (BACKEND_FROM_DEVICE, "mlx-cpu", "mlx-cuda", "mlx-metal")
 KV_BITS = (None, 2, 3, 4, 5, 6, 8)
 THIS_MACHINE = "this-machine"
-SEARCH_LIMIT_TOKENS = 1 << 20
-"""The longest-context search stops here (or at the model's ``max_position_embeddings``)."""
 GENERATION_DATA = REPO_DATA_DIR / "generation"
 """Measured real generations, ``<backend>-<mlx version>/*.jsonl`` (``kvsim.generation.measure``)."""
 DATA_BACKEND = {"mlx-cpu": "mlx-cpu", "mlx-cuda": "mlx-cuda", "mlx-metal": "mlx-metal"}
@@ -184,62 +188,9 @@ def at_prompt(request: FitRequest, prompt_tokens: int, policy: str) -> FitReques
     return replace(request, workload=replace(request.workload, prompt_tokens=max(prompt_tokens, 2)), policy=policy)
 
 
-# ---- the longest-context search, one probe (a prediction) at a time --------------------------------
-STEP_TOKENS = 1024
-"""The search's granularity (``kvsim.generation.verdict.CONTEXT_STEP_TOKENS``)."""
-MAX_PROBES = 14
-
-
-def _ceil(n: float) -> int:
-    return int(-(-n // STEP_TOKENS)) * STEP_TOKENS
-
-
-def _floor(n: float) -> int:
-    return int(n // STEP_TOKENS) * STEP_TOKENS
-
-
-def _line(a: tuple[int, int], b: tuple[int, int], limit_bytes: int) -> float | None:
-    """Where the line through two (tokens, peak) points reaches ``limit_bytes`` (None: flat or falling)."""
-    (n0, p0), (n1, p1) = a, b
-    if n1 == n0 or (p1 - p0) / (n1 - n0) <= 0:
-        return None
-    return n0 + (limit_bytes - p0) * (n1 - n0) / (p1 - p0)
-
-
-def next_probe(start_tokens: int, known: dict[int, int], limit_bytes: int, bytes_per_token: float = 0.0,
-               max_tokens: int = SEARCH_LIMIT_TOKENS) -> int | None:
-    """The next prompt length to predict in the search for the longest that keeps the peak within
-    ``limit_bytes``, or None when ``known`` ({prompt tokens: peak}) decides it. The peak grows about
-    linearly with the prompt (the KV cache), so a probe goes where the line through the nearest points
-    (or through the one point with slope ``bytes_per_token``) meets the limit, a little past it while
-    nothing is over (to bracket it); from the fifth probe on the bracket is halved, so the search ends
-    within ``MAX_PROBES``."""
-    if not known:
-        return min(max_tokens, max(STEP_TOKENS, _floor(start_tokens)))
-    fit = sorted(n for n, p in known.items() if p <= limit_bytes)
-    over = sorted(n for n, p in known.items() if p > limit_bytes)
-    lo, hi = (fit[-1] if fit else 0), (over[0] if over else None)
-    if len(known) >= MAX_PROBES or (hi is not None and hi - lo <= STEP_TOKENS) or lo >= max_tokens:
-        return None
-    first = next(iter(known))
-    one = (_line((first, known[first]), (first + 1, known[first] + bytes_per_token), limit_bytes)
-           if len(known) == 1 and bytes_per_token > 0 else None)  # one point: the line of the KV's slope
-    if hi is None:  # everything fits so far: extrapolate upwards
-        est = _line((fit[-2], known[fit[-2]]), (lo, known[lo]), limit_bytes) if len(fit) > 1 else (one or 2.0 * lo)
-        return min(max_tokens, max(lo + STEP_TOKENS, _ceil((est or max_tokens) * 1.02)))
-    if not fit:  # nothing fits so far: extrapolate downwards
-        if hi <= STEP_TOKENS:
-            return None
-        est = _line((hi, known[hi]), (over[1], known[over[1]]), limit_bytes) if len(over) > 1 else (one or hi / 2)
-        return max(STEP_TOKENS, min(hi - STEP_TOKENS, _floor(est if est is not None else hi / 2)))
-    est = _line((lo, known[lo]), (hi, known[hi]), limit_bytes)
-    guess = _floor(est) if est is not None and len(known) < 4 else _floor((lo + hi) / 2)
-    return max(lo + STEP_TOKENS, min(hi - STEP_TOKENS, guess))
-
-
-def longest(known: dict[int, int], limit_bytes: int) -> int:
-    """The longest probed prompt within ``limit_bytes`` (0: none)."""
-    return max((n for n, p in known.items() if p <= limit_bytes), default=0)
+# ---- the longest-context search, one probe (a prediction) at a time: kvsim generate's ---------------
+STEP_TOKENS = CONTEXT_STEP_TOKENS
+"""The search's granularity."""
 
 
 # ---- the machine the dashboard runs on ----------------------------------------------------------------

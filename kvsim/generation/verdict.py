@@ -12,15 +12,19 @@ OS's wired figure is about ``min(active + cache, working set)`` (``mlx/backend/m
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsim.generation.config import ModelConfig
 from kvsim.generation.devices import Device
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.predict import Prediction, predict
-from kvsim.generation.schedule import Workload
+from kvsim.generation.predict import Prediction
+from kvsim.generation.schedule import Workload, play_generation
+from kvsim.sim.peak_range import point_estimate
+from kvsim.sim.profile import load_profile
 
 FITS, OVER_WORKING_SET, OVER_LIMIT = "fits", "over the GPU working set", "over MLX's memory limit"
 CONTEXT_STEP_TOKENS = 1024
@@ -81,25 +85,6 @@ def resident_on_device(pred: Prediction, device: Device) -> int:
     return pred.footprint_bytes if device.backend == "mlx-cuda" else pred.resident_bytes
 
 
-def longest_context(fits: Callable[[int], bool], start_tokens: int, max_tokens_limit: int = 1 << 20) -> int:
-    """The longest prompt (a multiple of ``CONTEXT_STEP_TOKENS``) for which ``fits`` holds, 0 if none:
-    doubling from ``start_tokens`` (or halving), then bisection. ``fits`` must be monotone."""
-    step = CONTEXT_STEP_TOKENS
-    lo, hi = 0, max(step, start_tokens // step * step)
-    while fits(hi):
-        lo, hi = hi, hi * 2
-        if hi > max_tokens_limit:
-            return lo
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    if lo == 0 and fits(step // 8):
-        return step // 8
-    return lo
-
-
 @dataclass(frozen=True, slots=True)
 class Option:
     """One setting tried to make a generation fit."""
@@ -108,6 +93,8 @@ class Option:
     """The flags, as ``kvsim generate`` (and ``mlx_lm.generate``) take them."""
     workload: Workload
     policy: dict[str, Any] | None
+    weights_bits: int | None = None
+    """Convert the weights to this many bits first (``mlx_lm.convert -q``); ``None``: as configured."""
 
 
 def options(w: Workload, policy: dict[str, Any] | None) -> list[Option]:
@@ -132,24 +119,208 @@ def quantized_weights(built: BuiltModel, bits: int) -> BuiltModel:
     return build_model(ModelConfig(config, built.config.source), built.dtype)
 
 
-def what_fits(built: BuiltModel, w: Workload, device: Device, backend: str,
-              policy: dict[str, Any] | None) -> list[tuple[Option, Prediction]]:
-    """Each option's prediction at the requested context, the ones that fit first (lowest peak first);
-    for a model that is not quantized, its 8- and 4-bit conversions too."""
-    tried = [(o, predict(built, o.workload, backend, o.policy)) for o in options(w, policy)]
+def fix_options(built: BuiltModel, w: Workload, policy: dict[str, Any] | None) -> list[Option]:
+    """``options`` and, for a model that is not quantized, its 8- and 4-bit conversions."""
+    out = options(w, policy)
     if built.quantization is None:
-        for bits in (8, 4):
-            label = f"{bits}-bit weights (mlx_lm.convert -q --q-bits {bits})"
-            tried.append((Option(label, w, policy), predict(quantized_weights(built, bits), w, backend, policy)))
-    return sorted(tried, key=lambda op: (not verdict(op[1].peak_bytes, device).fits, op[1].peak_bytes))
+        out += [Option(f"{bits}-bit weights (mlx_lm.convert -q --q-bits {bits})", w, policy, bits) for bits in (8, 4)]
+    return out
+
+
+# ---- one probe: the predicted peak, or as few plays as decide it against a limit -------------------------
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A generation's predicted peak held against a limit."""
+
+    peak_bytes: int
+    """``predict``'s peak (``exact``), or a lower bound of it that is already over the limit."""
+    exact: bool
+    plays: int
+    """Generations played (``predict`` plays 1 on the CPU, 4 on a GPU profile)."""
+
+
+def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] | None,
+          limit_bytes: int | None = None) -> Probe:
+    """``predict(...).peak_bytes``, played timing by timing, stopping once a lower bound is over
+    ``limit_bytes`` (``None``: never). ``predict``'s point is ``point_estimate`` of the fitted, earliest and
+    latest free timings (the floor timing only sets the range, so it is not played here). No timing's peak
+    is below the weights plus the caches' largest held state at an eval's start
+    (``schedule.Playback.on_eval``: ``weights + max(peak, kv_before)``), and that state does not depend on
+    the timing, so a timing not yet played is bounded by the first one's; ``point_estimate`` (a weighted sum
+    with positive weights, float rounding included) and ``int`` are monotone, so the bound is exact."""
+    profile = load_profile(backend)
+    timings = (profile, profile.variant("low"), profile.variant("high")) if profile.is_gpu else (profile,)
+
+    def point(peaks: list[int], floor_bytes: int) -> int:
+        if not profile.is_gpu:
+            return peaks[0] if peaks else floor_bytes
+        ends = [*peaks, *[floor_bytes] * (3 - len(peaks))]
+        return int(point_estimate(ends[0], ends[1], ends[2], profile.peak_point_weight))
+
+    peaks: list[int] = []
+    floor_bytes = built.weights_bytes
+    for timing in timings:
+        bound = point(peaks, floor_bytes)
+        if limit_bytes is not None and bound > limit_bytes:
+            return Probe(bound, False, len(peaks))
+        cache = None
+        if policy is not None:  # as predict does: a fresh cache of the policy per play
+            from policies.mlx import make_prompt_cache
+
+            cache = make_prompt_cache(built.model, policy=policy)
+        evals = play_generation(built, w, timing, cache)[0]
+        peaks.append(max(e.peak_bytes for e in evals))
+        floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
+    return Probe(point(peaks, floor_bytes), True, len(peaks))
+
+
+# ---- the wall-clock budget of a search --------------------------------------------------------------------
+SEARCH_BUDGET_S = 60.0
+"""``kvsim generate --search-budget-s``'s default."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """Wall-clock seconds the settings and the longest-context search may spend: a probe starts only while
+    one as long as the mean probe so far still ends within them."""
+
+    seconds: float
+    start_s: float = field(default_factory=time.monotonic)
+    spent_s: list[float] = field(default_factory=list)
+    """Each probe's wall-clock seconds."""
+
+    def allows_another(self) -> bool:
+        mean_s = sum(self.spent_s) / len(self.spent_s) if self.spent_s else 0.0
+        return time.monotonic() - self.start_s + mean_s <= self.seconds
+
+    def run(self, fn: Callable[..., Probe], *args: Any) -> Probe:
+        """``fn(*args)``, its time counted."""
+        t = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.spent_s.append(time.monotonic() - t)
+
+
+# ---- the settings that make it fit -------------------------------------------------------------------------
+def what_fits(built: BuiltModel, w: Workload, device: Device, backend: str, policy: dict[str, Any] | None,
+              budget: Budget | None = None) -> tuple[list[tuple[Option, Probe]], list[Option]]:
+    """Each of ``fix_options`` probed at the requested context against the working set, the ones that fit
+    first (lowest peak first): the peak of one that fits is ``predict``'s, that of one over may be a lower
+    bound (``probe``); and the options the budget left untried."""
+    budget = budget or Budget(math.inf)
+    tried, untried = [], []
+    for o in fix_options(built, w, policy):
+        if not budget.allows_another():
+            untried.append(o)
+            continue
+        model = built if o.weights_bits is None else quantized_weights(built, o.weights_bits)
+        tried.append((o, budget.run(probe, model, o.workload, backend, o.policy, device.working_set_bytes)))
+    return sorted(tried, key=lambda op: (not verdict(op[1].peak_bytes, device).fits, op[1].peak_bytes)), untried
+
+
+# ---- the longest context: where the peak meets the limit, one probe at a time ------------------------------
+SEARCH_LIMIT_TOKENS = 1 << 20
+"""The search stops here: a prompt this long that fits is reported as this many tokens or more."""
+SECANT_PROBES = 4
+"""Probes placed by the secant; later ones bisect the bracket (or double while nothing is over)."""
+
+
+def _ceil(n: float) -> int:
+    return int(-(-n // CONTEXT_STEP_TOKENS)) * CONTEXT_STEP_TOKENS
+
+
+def _floor(n: float) -> int:
+    return int(n // CONTEXT_STEP_TOKENS) * CONTEXT_STEP_TOKENS
+
+
+def _line(a: tuple[int, int], b: tuple[int, int], limit_bytes: int) -> float | None:
+    """Where the line through two (tokens, peak) points reaches ``limit_bytes`` (None: flat or falling)."""
+    (n0, p0), (n1, p1) = a, b
+    if n1 == n0 or (p1 - p0) / (n1 - n0) <= 0:
+        return None
+    return n0 + (limit_bytes - p0) * (n1 - n0) / (p1 - p0)
+
+
+def next_probe(start_tokens: int, known: dict[int, int], limit_bytes: int, bytes_per_token: float = 0.0,
+               max_tokens: int = SEARCH_LIMIT_TOKENS) -> int | None:
+    """The next prompt length to probe in the search for the longest multiple of ``CONTEXT_STEP_TOKENS`` up
+    to ``max_tokens`` whose peak is within ``limit_bytes`` (or ``CONTEXT_STEP_TOKENS // 8`` when no multiple
+    is), or None when ``known`` ({prompt tokens: peak}) decides it: a fitting length whose next step is
+    over. The peak grows about linearly with the prompt (the KV cache), so the first ``SECANT_PROBES`` go
+    where a line meets the limit: through the bracket's ends, else the farthest points on the one side
+    (a wide base: peaks move in allocator-sized steps), else the one point with slope ``bytes_per_token``, a little past it while nothing is over; later ones halve the bracket (or double the
+    prompt while nothing is over), so the search ends within about 4 + 2 x log2(max / step) probes. The
+    answer is exact for a peak monotone in the prompt, whatever the line's errors."""
+    step = CONTEXT_STEP_TOKENS
+    if not known:
+        return min(max_tokens, max(step, _floor(start_tokens)))
+    fit = sorted(n for n, p in known.items() if p <= limit_bytes)
+    over = sorted(n for n, p in known.items() if p > limit_bytes)
+    lo, hi = (fit[-1] if fit else 0), (over[0] if over else None)
+    if lo >= max_tokens or (fit and hi is not None and hi - lo <= step):
+        return None
+    secant = len(known) < SECANT_PROBES
+    if hi is None:  # everything fits so far: extrapolate upwards
+        first = next(iter(known))
+        one = _line((first, known[first]), (first + 1, known[first] + bytes_per_token), limit_bytes) \
+            if len(known) == 1 and bytes_per_token > 0 else None  # one point: the line of the KV's slope
+        est = _line((fit[0], known[fit[0]]), (lo, known[lo]), limit_bytes) if len(fit) > 1 else (one or 2.0 * lo)
+        n = _ceil((est or max_tokens) * 1.02)
+        return min(max_tokens, max(lo + step, n if secant else max(n, 2 * lo)))
+    if not fit:  # nothing fits so far: extrapolate downwards, down to one step, then an eighth of one
+        if hi <= step:
+            return None if hi <= step // 8 else step // 8
+        est = _line((hi, known[hi]), (over[-1], known[over[-1]]), limit_bytes) if len(over) > 1 else None
+        n = _floor(est if est is not None else hi / 2)
+        return max(step, min(hi - step, n if secant else min(n, _floor(hi / 2))))
+    est = _line((lo, known[lo]), (hi, known[hi]), limit_bytes)
+    guess = _floor(est) if est is not None and secant else _floor((lo + hi) / 2)
+    return max(lo + step, min(hi - step, guess))
+
+
+def longest(known: dict[int, int], limit_bytes: int) -> int:
+    """The longest probed prompt within ``limit_bytes`` (0: none)."""
+    return max((n for n, p in known.items() if p <= limit_bytes), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextFound:
+    """What the longest-context search found for one policy."""
+
+    fits_tokens: int
+    """The longest prompt found to fit (0: none)."""
+    over_tokens: int | None
+    """The shortest prompt found over the working set (None: none)."""
+    done: bool
+    """``fits_tokens`` is the answer (``over_tokens`` is a step past it, or it is the search's limit); else
+    the budget ran out and it is a lower bound."""
+    probes: int
+    """Prompt lengths probed (the requested prediction, when it was one, included)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fits_tokens": self.fits_tokens, "over_tokens": self.over_tokens, "done": self.done,
+                "at_limit": self.fits_tokens >= SEARCH_LIMIT_TOKENS, "probes": self.probes}
 
 
 def context_per_policy(built: BuiltModel, w: Workload, device: Device, backend: str,
-                       policies: dict[str, dict[str, Any] | None]) -> dict[str, int]:
-    """The longest prompt that fits ``device`` with each policy (``max_tokens`` as asked)."""
-    out = {}
-    for name, pol in policies.items():
-        def fits(n: int, pol: dict[str, Any] | None = pol) -> bool:
-            return verdict(predict(built, replace(w, prompt_tokens=max(n, 2)), backend, pol).peak_bytes, device).fits
-        out[name] = longest_context(fits, w.prompt_tokens)
-    return out
+                       policies: dict[str, dict[str, Any] | None], budget: Budget | None = None,
+                       known: dict[str, dict[int, int]] | None = None,
+                       bytes_per_token: float = 0.0) -> dict[str, ContextFound]:
+    """The longest prompt that fits ``device`` with each policy (``max_tokens`` as asked): ``next_probe``'s
+    probes, taken in turn across the policies while ``budget`` allows; ``known`` seeds peaks already
+    predicted ({policy: {prompt tokens: peak}}, prompts a multiple of ``CONTEXT_STEP_TOKENS``)."""
+    budget, limit = budget or Budget(math.inf), device.working_set_bytes
+    found = {name: dict((known or {}).get(name, {})) for name in policies}
+
+    def next_of(name: str) -> int | None:
+        return next_probe(w.prompt_tokens, found[name], limit, bytes_per_token)
+
+    while budget.allows_another() and (todo := [(name, n) for name in policies if (n := next_of(name)) is not None]):
+        for name, n in todo:  # one probe per policy in turn: a budget that runs out leaves each a bound
+            if not budget.allows_another():
+                break
+            job = replace(w, prompt_tokens=max(n, 2))
+            found[name][n] = budget.run(probe, built, job, backend, policies[name], limit).peak_bytes
+    return {name: ContextFound(longest(k, limit), min((n for n, p in k.items() if p > limit), default=None),
+                               next_of(name) is None, len(k)) for name, k in found.items()}
