@@ -145,12 +145,15 @@ def test_the_longest_context_is_exact_to_the_step() -> None:
         assert predict(built, replace(w, prompt_tokens=f.over_tokens), backend, policy).peak_bytes > limit
 
 
-def test_an_empty_budget_reports_the_bounds_it_has() -> None:
+def test_an_empty_budget_reports_the_bounds_it_has_and_still_decides_by_the_weights() -> None:
     built, backend = small("qwen3-0.6b"), "mlx-cpu"
     w = Workload(4096, 16)
     dev = Device("test", 1 << 40, 1 << 39, 1 << 39, backend)
     found = context_per_policy(built, w, dev, backend, {"mlx-lm": None}, Budget(0.0), {"mlx-lm": {4096: 1}})
     assert found["mlx-lm"] == replace(found["mlx-lm"], fits_tokens=4096, over_tokens=None, done=False, probes=1)
+    small_device = Device("test", 1 << 40, built.weights_bytes - 1, 1 << 39, backend)  # the weights alone are over
+    found = context_per_policy(built, w, small_device, backend, {"mlx-lm": None}, Budget(0.0))
+    assert found["mlx-lm"] == replace(found["mlx-lm"], fits_tokens=0, done=True)  # no play needed: done anyway
 
 
 # ---- the command line ---------------------------------------------------------------------------------------

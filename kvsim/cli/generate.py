@@ -186,7 +186,7 @@ def _text(o: dict[str, Any]) -> str:
             peak = _gb(fix["peak_bytes"]) if fix["peak_exact"] else f"at least {_gb(fix['peak_bytes'])}"
             lines.append(f"  {'fits ' if fix['fits'] else 'still over'} with {fix['flags']}: peak {peak}")
         if o.get("fixes_untried"):
-            lines.append(f"  not tried within the {o['search_budget_s']:g} s budget: " + "; ".join(o["fixes_untried"]))
+            lines.append(f"  not decided within the {o['search_budget_s']:g} s budget: " + "; ".join(o["fixes_untried"]))
         for name, f in o.get("longest_prompt_search", {}).items():
             lines.append(f"  longest prompt that fits with {name}: {_found(f, o['search_budget_s'])}")
     return "\n".join(lines)

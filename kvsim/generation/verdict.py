@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -140,9 +139,9 @@ class Probe:
 
 
 def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] | None,
-          limit_bytes: int | None = None) -> Probe:
+          limit_bytes: int | None = None, max_plays: int | None = None) -> Probe | None:
     """``predict(...).peak_bytes``, played timing by timing, stopping once a lower bound is over
-    ``limit_bytes`` (``None``: never). ``predict``'s point is ``point_estimate`` of the fitted, earliest and
+    ``limit_bytes`` (``None``: never); None when ``max_plays`` plays do not decide it. ``predict``'s point is ``point_estimate`` of the fitted, earliest and
     latest free timings (the floor timing only sets the range, so it is not played here). No timing's peak
     is below the weights plus the caches' largest held state at an eval's start
     (``schedule.Playback.on_eval``: ``weights + max(peak, kv_before)``), and that state does not depend on
@@ -163,6 +162,8 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
         bound = point(peaks, floor_bytes)
         if limit_bytes is not None and bound > limit_bytes:
             return Probe(bound, False, len(peaks))
+        if max_plays is not None and len(peaks) >= max_plays:
+            return None
         cache = None
         if policy is not None:  # as predict does: a fresh cache of the policy per play
             from policies.mlx import make_prompt_cache
@@ -181,25 +182,29 @@ SEARCH_BUDGET_S = 60.0
 
 @dataclass(slots=True)
 class Budget:
-    """Wall-clock seconds the settings and the longest-context search may spend: a probe starts only while
-    one as long as the mean probe so far still ends within them."""
+    """Wall-clock seconds the settings and the longest-context search may spend: a probe that plays starts
+    only while one as long as the mean of those so far still ends within them; past them, probes decided
+    by the weights alone (no play) still run."""
 
     seconds: float
     start_s: float = field(default_factory=time.monotonic)
     spent_s: list[float] = field(default_factory=list)
-    """Each probe's wall-clock seconds."""
+    """Each probe's wall-clock seconds, of those that played."""
 
     def allows_another(self) -> bool:
         mean_s = sum(self.spent_s) / len(self.spent_s) if self.spent_s else 0.0
         return time.monotonic() - self.start_s + mean_s <= self.seconds
 
-    def run(self, fn: Callable[..., Probe], *args: Any) -> Probe:
-        """``fn(*args)``, its time counted."""
+    def probe(self, built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] | None,
+              limit_bytes: int | None = None) -> Probe | None:
+        """``probe``, timed while the budget allows; else decided without a play, or None."""
+        if not self.allows_another():
+            return probe(built, w, backend, policy, limit_bytes, max_plays=0)
         t = time.monotonic()
-        try:
-            return fn(*args)
-        finally:
+        out = probe(built, w, backend, policy, limit_bytes)
+        if out is not None and out.plays:
             self.spent_s.append(time.monotonic() - t)
+        return out
 
 
 # ---- the settings that make it fit -------------------------------------------------------------------------
@@ -207,15 +212,19 @@ def what_fits(built: BuiltModel, w: Workload, device: Device, backend: str, poli
               budget: Budget | None = None) -> tuple[list[tuple[Option, Probe]], list[Option]]:
     """Each of ``fix_options`` probed at the requested context against the working set, the ones that fit
     first (lowest peak first): the peak of one that fits is ``predict``'s, that of one over may be a lower
-    bound (``probe``); and the options the budget left untried."""
+    bound (``probe``); and the options the budget left undecided."""
     budget = budget or Budget(math.inf)
     tried, untried = [], []
     for o in fix_options(built, w, policy):
-        if not budget.allows_another():
-            untried.append(o)
+        if o.weights_bits is not None and not budget.allows_another():
+            untried.append(o)  # not even built: converted weights are the ones their bound does not decide
             continue
         model = built if o.weights_bits is None else quantized_weights(built, o.weights_bits)
-        tried.append((o, budget.run(probe, model, o.workload, backend, o.policy, device.working_set_bytes)))
+        p = budget.probe(model, o.workload, backend, o.policy, device.working_set_bytes)
+        if p is None:
+            untried.append(o)
+        else:
+            tried.append((o, p))
     return sorted(tried, key=lambda op: (not verdict(op[1].peak_bytes, device).fits, op[1].peak_bytes)), untried
 
 
@@ -316,11 +325,12 @@ def context_per_policy(built: BuiltModel, w: Workload, device: Device, backend: 
     def next_of(name: str) -> int | None:
         return next_probe(w.prompt_tokens, found[name], limit, bytes_per_token)
 
-    while budget.allows_another() and (todo := [(name, n) for name in policies if (n := next_of(name)) is not None]):
-        for name, n in todo:  # one probe per policy in turn: a budget that runs out leaves each a bound
-            if not budget.allows_another():
-                break
-            job = replace(w, prompt_tokens=max(n, 2))
-            found[name][n] = budget.run(probe, built, job, backend, policies[name], limit).peak_bytes
+    progress = True
+    while progress:  # one probe per policy in turn: a budget that runs out leaves each a bound
+        progress = False
+        for name, n in [(name, n) for name in policies if (n := next_of(name)) is not None]:
+            p = budget.probe(built, replace(w, prompt_tokens=max(n, 2)), backend, policies[name], limit)
+            if p is not None:
+                found[name][n], progress = p.peak_bytes, True
     return {name: ContextFound(longest(k, limit), min((n for n, p in k.items() if p > limit), default=None),
                                next_of(name) is None, len(k)) for name, k in found.items()}
