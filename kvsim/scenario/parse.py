@@ -184,7 +184,8 @@ def parse_workload(obj: Any, where: str = "workload") -> Workload:
         batch=_int(obj, "batch", where, 1, hi=4096),
     )
     if w.total_tokens > MAX_TOKENS:
-        raise ScenarioError(f"{where}.decode_tokens", w.decode_tokens, f"prompt + decode must be <= {MAX_TOKENS} tokens")
+        raise ScenarioError(f"{where}.decode_tokens", w.decode_tokens,
+                            f"prompt + decode is {w.total_tokens} tokens, must be <= {MAX_TOKENS}")
     return w
 
 
