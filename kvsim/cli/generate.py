@@ -115,7 +115,14 @@ def _fit(built: Any, w: Any, dev: Any, backend: str, policy: dict[str, Any] | No
          budget_s: float, search: bool) -> dict[str, Any]:
     """The verdict; the settings that make it fit (when it does not); the longest prompt per policy (with
     ``search``), all within ``budget_s`` seconds: what they leave undone is reported as such."""
-    from kvsim.generation.verdict import CONTEXT_STEP_TOKENS, Budget, context_per_policy, verdict, what_fits
+    from kvsim.generation.verdict import (
+        CONTEXT_STEP_TOKENS,
+        Budget,
+        context_per_policy,
+        peak_bytes_per_token,
+        verdict,
+        what_fits,
+    )
 
     v = verdict(pred.peak_bytes, dev, pred)
     out: dict[str, Any] = {"verdict": v.to_json(), "search_budget_s": budget_s}
@@ -134,8 +141,7 @@ def _fit(built: Any, w: Any, dev: Any, backend: str, policy: dict[str, Any] | No
             out["fixes_untried"] = [o.label for o in untried]
     if search:
         pols = {"mlx-lm": policy, "lowpeak": {"name": "lowpeak"}} if policy is None else {policy["name"]: policy}
-        found = context_per_policy(built, w, dev, backend, pols, budget, seeds,
-                                   pred.peak_kv_bytes / max(pred.peak_offset, 1))
+        found = context_per_policy(built, w, dev, backend, pols, budget, seeds, peak_bytes_per_token(pred))
         out["longest_prompt_tokens"] = {name: f.fits_tokens for name, f in found.items()}
         out["longest_prompt_search"] = {name: f.to_json() for name, f in found.items()}
     out["search_s"] = round(time.monotonic() - budget.start_s, 1)

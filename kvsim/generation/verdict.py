@@ -136,6 +136,14 @@ class Probe:
     exact: bool
     plays: int
     """Generations played (``predict`` plays 1 on the CPU, 4 on a GPU profile)."""
+    fitted_bytes: int = 0
+    """The fitted free timing's peak, when played (0: not); mostly nearer the point than a bound."""
+
+    @property
+    def search_bytes(self) -> int:
+        """The peak the search places its next probes by: the point, else the larger of the bound (over the
+        limit) and the fitted timing's peak."""
+        return self.peak_bytes if self.exact else max(self.peak_bytes, self.fitted_bytes)
 
 
 def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] | None,
@@ -161,7 +169,7 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
     for timing in timings:
         bound = point(peaks, floor_bytes)
         if limit_bytes is not None and bound > limit_bytes:
-            return Probe(bound, False, len(peaks))
+            return Probe(bound, False, len(peaks), peaks[0] if peaks else 0)
         if max_plays is not None and len(peaks) >= max_plays:
             return None
         cache = None
@@ -172,7 +180,7 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
         evals = play_generation(built, w, timing, cache)[0]
         peaks.append(max(e.peak_bytes for e in evals))
         floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
-    return Probe(point(peaks, floor_bytes), True, len(peaks))
+    return Probe(point(peaks, floor_bytes), True, len(peaks), peaks[0])
 
 
 # ---- the wall-clock budget of a search --------------------------------------------------------------------
@@ -288,6 +296,20 @@ def next_probe(start_tokens: int, known: dict[int, int], limit_bytes: int, bytes
     return max(lo + step, min(hi - step, guess))
 
 
+def peak_bytes_per_token(pred: Prediction) -> float:
+    """How fast the peak grows with the prompt, read off one prediction's played evals: the steepest of the
+    prefill chunks' and the decode steps' peaks against their offsets (each holds more KV, and attends over
+    more of it, the later it runs); at least the KV's bytes per token."""
+    slopes = [pred.peak_kv_bytes / max(pred.peak_offset, 1)]
+    for phase in ("prefill", "decode"):
+        evals = [e for e in pred.evals if e.phase == phase]
+        if len(evals) > 1:
+            first, last = min(evals, key=lambda e: e.offset), max(evals, key=lambda e: e.offset)
+            if last.offset > first.offset:
+                slopes.append((last.peak_bytes - first.peak_bytes) / (last.offset - first.offset))
+    return max(slopes)
+
+
 def longest(known: dict[int, int], limit_bytes: int) -> int:
     """The longest probed prompt within ``limit_bytes`` (0: none)."""
     return max((n for n, p in known.items() if p <= limit_bytes), default=0)
@@ -331,6 +353,6 @@ def context_per_policy(built: BuiltModel, w: Workload, device: Device, backend: 
         for name, n in [(name, n) for name in policies if (n := next_of(name)) is not None]:
             p = budget.probe(built, replace(w, prompt_tokens=max(n, 2)), backend, policies[name], limit)
             if p is not None:
-                found[name][n], progress = p.peak_bytes, True
+                found[name][n], progress = p.search_bytes, True
     return {name: ContextFound(longest(k, limit), min((n for n, p in k.items() if p > limit), default=None),
                                next_of(name) is None, len(k)) for name, k in found.items()}
