@@ -200,3 +200,19 @@ def test_ctrl_c_during_generate_exits_130_with_one_line() -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert err == "kvsim: interrupted\n" and out == ""
+
+
+def test_the_dashboards_probe_is_the_same_search() -> None:
+    """The "Will it fit?" page's probe job: the predicted peak within the device's working set, a figure
+    over it otherwise (fewer plays), and its placement is ``next_probe``'s."""
+    from kvsim.dashboard import fit_compute as fc
+
+    assert fc.next_probe is next_probe and fc.longest is longest and fc.STEP_TOKENS == STEP
+    cfg = scale_config(load_model_config("qwen3-0.6b").config, 2, hidden_size=256, intermediate_size=768,
+                       vocab_size=8192)
+    built, w = build_model(ModelConfig(cfg, "upload:c.json")), Workload(3000, 16)
+    peak = predict(built, w, "mlx-metal").peak_bytes
+    for limit in (peak, peak - 1):
+        req = fc.FitRequest("c.json", json.dumps(cfg), w, fc.MLX_LM, "mlx-metal",
+                            Device("test", 1 << 40, limit, 1 << 40, "mlx-metal"))
+        assert (fc.peak(req) <= limit) == (peak <= limit) and (fc.peak(req) == peak or limit < peak)

@@ -150,11 +150,13 @@ def answer(request: FitRequest) -> FitAnswer:
 
 
 def peak(request: FitRequest) -> int:
-    """The predicted peak alone: one probe of the longest-context search."""
-    from kvsim.generation.predict import predict
+    """One probe of the longest-context search: the predicted peak where it is within the device's working
+    set, else a figure over it (``kvsim.generation.verdict.probe``: as few plays as decide it)."""
+    from kvsim.generation.verdict import probe
 
     built, _ = _built(request.model, request.config_text)
-    return predict(built, request.workload, request.backend, POLICIES[request.policy]).peak_bytes
+    policy, limit = POLICIES[request.policy], request.device.working_set_bytes
+    return probe(built, request.workload, request.backend, policy, limit).search_bytes
 
 
 def fix_peak(request: FitRequest, label: str) -> int:
