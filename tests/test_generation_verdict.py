@@ -26,6 +26,7 @@ from kvsim.generation.predict import predict
 from kvsim.generation.schedule import Workload, play_generation
 from kvsim.generation.verdict import (
     CONTEXT_STEP_TOKENS,
+    SEARCH_BUDGET_S,
     SEARCH_LIMIT_TOKENS,
     Budget,
     context_per_policy,
@@ -173,7 +174,11 @@ def test_cli_reports_a_search_cut_by_its_budget(tmp_path: Path, capsys) -> None:
     assert out["longest_prompt_tokens"]["mlx-lm"] >= 4096 and out["search_s"] < 60
 
 
-def test_a_negative_budget_is_one_line(capsys) -> None:
+def test_the_budget_defaults_to_a_minute_and_a_negative_one_is_one_line(capsys) -> None:
+    from kvsim.cli.commands import build_parser
+
+    args = build_parser().parse_args(["generate", "--model", "m", "--prompt-tokens", "8", "--max-tokens", "2"])
+    assert args.search_budget_s == SEARCH_BUDGET_S == 60
     with pytest.raises(SystemExit) as exc:
         main(["generate", "--model", "qwen3-0.6b", "--prompt-tokens", "8", "--max-tokens", "2",
               "--search-budget-s", "-1"])

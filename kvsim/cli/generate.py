@@ -32,7 +32,7 @@ def add_generate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None, help="default: the device's, else mlx-cpu")
     p.add_argument("--device", default=None, help="mac-16gb ... mac-512gb, h100, h200, rtx-4090, ...: fit verdict")
     p.add_argument("--no-search", action="store_true", help="with --device: skip the longest-context search")
-    p.add_argument("--search-budget-s", type=nonnegative_float, default=60.0,
+    p.add_argument("--search-budget-s", type=nonnegative_float, default=60.0,  # verdict.SEARCH_BUDGET_S
                    help="with --device: wall-clock seconds for the settings and the search (default 60); "
                         "past them the best bounds found are reported")
     p.add_argument("--json", action="store_true", help="one JSON object")

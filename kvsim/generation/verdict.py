@@ -149,12 +149,14 @@ class Probe:
 def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] | None,
           limit_bytes: int | None = None, max_plays: int | None = None) -> Probe | None:
     """``predict(...).peak_bytes``, played timing by timing, stopping once a lower bound is over
-    ``limit_bytes`` (``None``: never); None when ``max_plays`` plays do not decide it. ``predict``'s point is ``point_estimate`` of the fitted, earliest and
-    latest free timings (the floor timing only sets the range, so it is not played here). No timing's peak
-    is below the weights plus the caches' largest held state at an eval's start
-    (``schedule.Playback.on_eval``: ``weights + max(peak, kv_before)``), and that state does not depend on
-    the timing, so a timing not yet played is bounded by the first one's; ``point_estimate`` (a weighted sum
-    with positive weights, float rounding included) and ``int`` are monotone, so the bound is exact."""
+    ``limit_bytes`` (``None``: never); None when ``max_plays`` plays do not decide it.
+
+    ``predict``'s point is ``point_estimate`` of the fitted, earliest and latest free timings (the floor
+    timing only sets the range: not played here). No timing's peak is below the weights plus the caches'
+    largest held state at an eval's start (``schedule.Playback.on_eval``: ``weights + max(peak,
+    kv_before)``), and that state does not depend on the timing, so the first timing's bounds those not
+    yet played; ``point_estimate`` (positive weights, float rounding included) and ``int`` are monotone,
+    so a bound over the limit means the point is over it too."""
     profile = load_profile(backend)
     timings = (profile, profile.variant("low"), profile.variant("high")) if profile.is_gpu else (profile,)
 
