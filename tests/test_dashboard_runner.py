@@ -76,3 +76,32 @@ def test_abandoned_work_stops_when_the_server_catches_sigterm() -> None:
         assert not process.is_alive() and time.monotonic() - start < 1.0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_sweep_past_its_cap_is_cut_as_a_whole() -> None:
+    """Once the sweep's cap has passed since its first job started, the running job is stopped and the
+    queued ones are cut without starting; a job that finished in time keeps its result."""
+    runner.forget()
+    work = runner.Runner(workers=1)
+    work.begin(budget_s=30)
+    jobs = {"quick": (time.sleep, (0.05,)), "slow": (time.sleep, (30,)), "queued": (time.sleep, (30,))}
+    start = time.monotonic()
+    done, failed, pending = work.fetch(jobs, sweep_cap_s=0.5)
+    assert time.monotonic() - start < 5 and not pending and list(done) == ["quick"]
+    assert failed == {"slow": runner.sweep_cut_message(0.5), "queued": runner.sweep_cut_message(0.5)}
+    assert failed["slow"].startswith("cut: the sweep spent its 0.5 s")
+    assert not work.running and not work.queued
+    work.begin(budget_s=30)
+    again = work.fetch(jobs, sweep_cap_s=0.5)
+    assert again == (done, failed, []) and not work.running  # still cut: nothing restarted
+
+
+def test_a_sweeps_clock_starts_with_its_first_job_not_while_it_waits() -> None:
+    runner.forget()
+    work = runner.Runner(workers=1)
+    work.begin(budget_s=0)
+    work.fetch({"other": (time.sleep, (2.0,))})  # holds the one worker for 2 s
+    work.deadline_s = time.monotonic() + 30
+    sweep = {"x": (time.sleep, (0.2,)), "y": (time.sleep, (0.2,))}
+    done, failed, pending = work.fetch(sweep, sweep_cap_s=1.5)  # 2 s waiting, then 0.4 s running
+    assert set(done) == {"x", "y"} and not failed and not pending

@@ -4,7 +4,9 @@ A view asks for results (``fetch``); what is not known yet starts in a worker pr
 per core; the rest wait their turn). The view waits at most ``ANSWER_BUDGET_S`` and shows what
 finished; the page then reruns while work is pending, so cells fill in as they finish. Work that an
 input change abandoned is stopped (its process terminated) when the page's run ends, and work that
-runs past ``RUN_CAP_S`` is cut with a message saying so. Finished results are kept server-wide.
+runs past ``RUN_CAP_S`` is cut with a message saying so. A sweep (``fetch(..., sweep_cap_s=...)``) is cut
+as a whole: once ``SWEEP_CAP_S`` has passed since the first of its jobs started, every one of them not
+finished is cut at once (``Sweep``). Finished results are kept server-wide.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 
 ANSWER_BUDGET_S = float(os.environ.get("KVSIM_ANSWER_BUDGET_S", "1.0"))  # a view waits at most this long
 RUN_CAP_S = float(os.environ.get("KVSIM_RUN_CAP_S", "60"))  # a simulation running longer is cut
+SWEEP_CAP_S = float(os.environ.get("KVSIM_SWEEP_CAP_S", "60"))  # a sweep's cells all cut after this long
 MAX_KEPT = 4096  # finished results kept (least recently used dropped first)
+MAX_SWEEPS = 64  # sweeps remembered per session (a cut one stays cut when shown again)
 POLL_S = 0.02
 
 Job = tuple[Callable[..., Any], tuple[Any, ...]]  # a picklable function and its arguments
@@ -30,6 +34,11 @@ _done: OrderedDict[Hashable, tuple[bool, Any]] = OrderedDict()  # key -> (ok, re
 
 def cut_message() -> str:
     return f"cut: needs more than {RUN_CAP_S:g} s to simulate (fewer tokens or a larger step finish in time)"
+
+
+def sweep_cut_message(cap_s: float) -> str:
+    return (f"cut: the sweep spent its {cap_s:g} s before this cell finished "
+            "(fewer tokens, fewer cells or larger steps finish in time)")
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -55,6 +64,17 @@ class Running:
 
 
 @dataclass(eq=False)
+class Sweep:
+    """Jobs asked for together (a sweep's cells), cut as a whole: once ``cap_s`` has passed since the
+    first of them started, every one not finished is cut. Cells one at a time on one worker, each cut
+    after its own ``RUN_CAP_S``, took 24 minutes for a 24-cell sweep at 16M tokens."""
+
+    cap_s: float  # seconds from the first job's start until every unfinished job is cut
+    started_s: float | None = None  # monotonic time the first of its jobs started; None: none yet
+    cut: dict[Hashable, str] = field(default_factory=dict)  # job key -> the cut message (empty: not cut)
+
+
+@dataclass(eq=False)
 class Runner:
     """One session's worker processes."""
 
@@ -63,11 +83,13 @@ class Runner:
     queued: OrderedDict[Hashable, Job] = field(default_factory=OrderedDict)
     wanted: set[Hashable] = field(default_factory=set)  # keys asked for during the current page run
     deadline_s: float = 0.0  # monotonic time after which this page run waits no more
+    sweeps: OrderedDict[frozenset[Hashable], Sweep] = field(default_factory=OrderedDict)  # by their job keys
+    wanted_sweeps: set[frozenset[Hashable]] = field(default_factory=set)  # sweeps asked for this page run
 
     # ---- a page run ---------------------------------------------------------------------------
     def begin(self, budget_s: float | None = None) -> None:
         """A page run starts: every ``fetch`` in it shares one answer budget (``ANSWER_BUDGET_S``)."""
-        self.wanted = set()
+        self.wanted, self.wanted_sweeps = set(), set()
         self.deadline_s = time.monotonic() + (ANSWER_BUDGET_S if budget_s is None else budget_s)
 
     def end(self) -> None:
@@ -76,6 +98,9 @@ class Runner:
             self._stop(key)
         for key in [k for k in self.queued if k not in self.wanted]:
             del self.queued[key]
+        for keys, sweep in self.sweeps.items():
+            if keys not in self.wanted_sweeps and not sweep.cut:
+                sweep.started_s = None  # its work was stopped: shown again, it gets its whole cap
 
     @property
     def pending(self) -> int:
@@ -83,19 +108,25 @@ class Runner:
 
     # ---- results -------------------------------------------------------------------------------
     def fetch(
-        self, jobs: Mapping[Hashable, Job], on_progress: Callable[[int, int], None] | None = None
+        self, jobs: Mapping[Hashable, Job], on_progress: Callable[[int, int], None] | None = None,
+        sweep_cap_s: float | None = None,
     ) -> tuple[dict[Hashable, Any], dict[Hashable, str], list[Hashable]]:
         """(results, one-line errors, keys still pending) of ``jobs``, waiting at most until the page
-        run's deadline (``begin``; outside a page run, one answer budget from now)."""
+        run's deadline (``begin``; outside a page run, one answer budget from now). With
+        ``sweep_cap_s``, ``jobs`` are a sweep: cut as a whole once that long has passed since the first
+        of them started (``Sweep``)."""
         self.wanted.update(jobs)
+        sweep = None if sweep_cap_s is None else self._sweep(frozenset(jobs), sweep_cap_s)
+        cut: Mapping[Hashable, str] = {} if sweep is None else sweep.cut
         for key, job in jobs.items():
-            if key not in _done and key not in self.running:
+            if key not in _done and key not in self.running and key not in cut:
                 self.queued.setdefault(key, job)
         deadline = self.deadline_s or time.monotonic() + ANSWER_BUDGET_S
         while True:
             self._collect()
+            self._cut_sweeps()
             self._start()
-            finished = sum(1 for k in jobs if k in _done)
+            finished = sum(1 for k in jobs if k in _done or k in cut)
             if on_progress is not None:
                 on_progress(finished, len(jobs))
             if finished == len(jobs) or time.monotonic() >= deadline:
@@ -108,14 +139,41 @@ class Runner:
                 _done.move_to_end(key)
                 ok, value = _done[key]
                 (results if ok else errors)[key] = value
+            elif key in cut:
+                errors[key] = cut[key]
             else:
                 pending.append(key)
         return results, errors, pending
 
     def poll(self) -> None:
-        """Collect finished work and start queued work, without waiting."""
+        """Collect finished work, cut sweeps past their cap and start queued work, without waiting."""
         self._collect()
+        self._cut_sweeps()
         self._start()
+
+    # ---- sweeps --------------------------------------------------------------------------------
+    def _sweep(self, keys: frozenset[Hashable], cap_s: float) -> Sweep:
+        """The sweep of these job keys (remembered, least recently asked for dropped first)."""
+        self.wanted_sweeps.add(keys)
+        sweep = self.sweeps.setdefault(keys, Sweep(cap_s))
+        self.sweeps.move_to_end(keys)
+        while len(self.sweeps) > MAX_SWEEPS:
+            self.sweeps.popitem(last=False)
+        return sweep
+
+    def _cut_sweeps(self) -> None:
+        """Every sweep of this page run past its cap: its unfinished jobs stopped or unqueued, and cut."""
+        now = time.monotonic()
+        for keys in self.wanted_sweeps:
+            sweep = self.sweeps.get(keys)
+            if sweep is None or sweep.cut or sweep.started_s is None or now - sweep.started_s <= sweep.cap_s:
+                continue
+            message = sweep_cut_message(sweep.cap_s)
+            for key in [k for k in keys if k not in _done]:
+                sweep.cut[key] = message
+                if key in self.running:
+                    self._stop(key)
+                self.queued.pop(key, None)
 
     # ---- processes -----------------------------------------------------------------------------
     def _start(self) -> None:
@@ -127,6 +185,10 @@ class Runner:
             process.start()
             child.close()
             self.running[key] = Running(process, parent, time.monotonic())
+            for keys in self.wanted_sweeps:  # a sweep's clock starts with its first job, not while it waits
+                sweep = self.sweeps.get(keys)
+                if sweep is not None and sweep.started_s is None and key in keys:
+                    sweep.started_s = self.running[key].started_s
 
     def _collect(self) -> None:
         now = time.monotonic()
