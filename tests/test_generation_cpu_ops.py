@@ -11,7 +11,6 @@ ops excepted: real MLX donates there, which the simulator decides when it plays 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import mlx.core as mx
@@ -27,20 +26,13 @@ from kvsim.generation.measure import scale_config
 from kvsim.generation.model import build_model
 from kvsim.generation.predict import predict
 from kvsim.generation.schedule import Workload
+from kvsim.generation.trace import _arrays  # the trace's own walk over nested arrays
 from kvsim.sim.graph import VIEW_PRIMS
 
 SCALE = {"hidden_size": 256, "intermediate_size": 768, "vocab_size": 8192}
 SLACK = 4096
 """Bytes an op may allocate beyond the trace's: the CPU ``GatherQMM`` copies its 1 KiB of expert indices."""
 RUNS = REPO_DATA_DIR / "generation" / "mlx-cpu-0.32.4"
-
-
-def _arrays(x: Any) -> Iterator[mx.array]:
-    if isinstance(x, mx.array):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _arrays(y)
 
 
 def _traced_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, int]]:
