@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kvsim.dashboard import charts, drawn, sweeps
+from kvsim.dashboard import charts, drawn, runner, sweeps
 from kvsim.dashboard.calibration import calibration_dir, compare
 from kvsim.dashboard.config import Inputs
 from kvsim.dashboard.params import NO_AXIS, PARAMS, SWEEP_DEFAULTS, SWEEP_POLICIES
@@ -29,6 +29,26 @@ def _progress(label: str) -> tuple[Any, sweeps.Progress]:
     return bar, update
 
 
+def _is_cut(record: dict[str, Any]) -> bool:
+    """A cell cut for time (the sweep's cap or its own), not an invalid setting."""
+    return str(record.get("error", "")).startswith("cut:")
+
+
+def _settle_bar(bar: Any, label: str, records: Sequence[dict[str, Any]], total: int, pending: int) -> None:
+    """The progress bar once the page run stops waiting: still filling while cells compute, gone when
+    all are in, and when some were cut, filled to the cells simulated with the count cut."""
+    cut = sum(1 for r in records if _is_cut(r))
+    simulated = sum(1 for r in records if "error" not in r)
+    if pending:
+        bar.progress((total - pending) / max(total, 1), text=f"{label}: {total - pending}/{total}"
+                     + (f", {cut} cut" if cut else ""))
+    elif cut:
+        bar.progress(simulated / max(total, 1), text=f"{label}: {simulated} of {total} simulated, {cut} cut "
+                     f"(the sweep's {runner.SWEEP_CAP_S:g} s were spent)")
+    else:
+        bar.empty()
+
+
 def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Records with bytes in MiB; error rows dropped (reported separately)."""
     frame = pd.DataFrame([r for r in records if "error" not in r])
@@ -41,7 +61,11 @@ def _frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _errors(records: Sequence[dict[str, Any]]) -> None:
-    bad = [r for r in records if "error" in r]
+    """One line for the cells cut for time, one for the invalid settings."""
+    cut = [r for r in records if _is_cut(r)]
+    if cut:
+        st.warning(f"{len(cut)} cells cut and left out, e.g. {cut[0]['label']}: {cut[0]['error']}")
+    bad = [r for r in records if "error" in r and not _is_cut(r)]
     if bad:
         st.warning(f"{len(bad)} settings are invalid and left out, e.g. {bad[0]['label']}: {bad[0]['error']}")
 
@@ -49,7 +73,8 @@ def _errors(records: Sequence[dict[str, Any]]) -> None:
 def _records(base: dict[str, Any], policies: Sequence[dict[str, Any]], limit_bytes: int | None,
              label: str, extra: Sequence[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], int]:
     """Summary records of ``policies`` on ``base`` that finished within the answer budget (a progress
-    bar while waiting), error records of invalid or cut ones; and how many are still computing.
+    bar), error records of invalid or cut ones; and how many are still computing. The cells are one
+    sweep: once ``runner.SWEEP_CAP_S`` has passed since the first started, all unfinished are cut.
     ``extra[i]`` is merged into record ``i``."""
     scenarios, records_by_key = {}, {}
     for i, policy in enumerate(policies):
@@ -60,8 +85,7 @@ def _records(base: dict[str, Any], policies: Sequence[dict[str, Any]], limit_byt
         except PolicyError as err:
             records_by_key[key] = {"label": sweeps.policy_label(policy), "policy": policy["name"], "error": str(err)}
     bar, update = _progress(label)
-    summaries, failed, pending = summaries_many(scenarios, limit_bytes, update)
-    bar.empty()
+    summaries, failed, pending = summaries_many(scenarios, limit_bytes, update, sweep_cap_s=runner.SWEEP_CAP_S)
     for key, summary in summaries.items():
         records_by_key[key] = {**summary, "label": key.split(":", 1)[1]}
     for key, line in failed.items():
@@ -72,13 +96,14 @@ def _records(base: dict[str, Any], policies: Sequence[dict[str, Any]], limit_byt
         if key in records_by_key:
             more = {k: v for k, v in (extra[i] if extra else {}).items() if k != "base"}
             records.append({**more, **records_by_key[key], "_cell": i})
+    _settle_bar(bar, label, records, len(policies), len(pending))
     return records, len(pending)
 
 
 def _pending(count: int, total: int) -> None:
     if count:
         st.info(f"{count} of {total} cells still computing: they fill in as they finish "
-                f"(each is cut after {RUN_CAP_S:g} s).")
+                f"(those not done {runner.SWEEP_CAP_S:g} s after the sweep's first started are cut).")
 
 
 def _base_policy(inputs: Inputs, name: str) -> dict[str, Any]:
@@ -247,8 +272,10 @@ def render_recommend(inputs: Inputs) -> None:
     _pending(pending, len(candidates))
     _errors(records)
     best = sweeps.recommend(records, c)
+    cut = sum(1 for r in records if _is_cut(r))
     if best is not None:
-        head = f"Best so far ({pending} still computing)" if pending else "Recommended"
+        head = (f"Best so far ({pending} still computing)" if pending
+                else f"Best of the candidates simulated ({cut} cut)" if cut else "Recommended")
         st.success(
             f"{head}: **{best['label']}**: peak {sweeps.size_text(best['peak_bytes'])}, {best['growth_steps']:,} growth steps, "
             f"{sweeps.over_allocation_pct(best):,.1f}% ({sweeps.size_text(best['over_allocation_bytes'])}) over-allocated."

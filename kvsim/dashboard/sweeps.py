@@ -141,17 +141,25 @@ def ratio_sweep(
 
 
 def candidate_policies(policies: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each policy as given, plus one variant per candidate value of each of its sweepable fields."""
+    """Each policy as given, plus one variant per candidate value of each of its sweepable fields, taken
+    in turn across the policies (every policy as given first): the recommendation is one sweep, cut as a
+    whole when it runs out of time (``runner.Sweep``), so every policy gets its first cells tried."""
     out: dict[str, dict[str, Any]] = {}
-    for policy in policies:
-        out.setdefault(policy_label(policy), dict(policy))
-        for field, values in CANDIDATES.items():
-            if field not in policy:
-                continue
-            for value in values:
-                variant = {**policy, field: value}
-                out.setdefault(policy_label(variant), variant)
+    per_policy = [_variants(policy) for policy in policies]
+    for rank in range(max((len(v) for v in per_policy), default=0)):
+        for variants in per_policy:
+            if rank < len(variants):
+                out.setdefault(policy_label(variants[rank]), variants[rank])
     return list(out.values())
+
+
+def _variants(policy: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The policy as given, then one variant per candidate value of each of its sweepable fields."""
+    variants = [dict(policy)]
+    for field, values in CANDIDATES.items():
+        if field in policy:
+            variants.extend({**policy, field: value} for value in values)
+    return variants
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,14 +67,16 @@ def simulate_summarized(scenario: Scenario, memory_limit_bytes: int | None) -> S
 
 
 def fetch_many(
-    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
+    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None,
+    sweep_cap_s: float | None = None,
 ) -> tuple[dict[str, Simulated], dict[str, str], list[str]]:
     """(result, summary record) by label of what finished within the answer budget, one-line errors (a
     cut simulation's says so), and the labels still computing (they fill in on the next refresh). A
-    job is kept by the scenario without its id and the limit."""
+    job is kept by the scenario without its id and the limit. With ``sweep_cap_s`` the scenarios are
+    one sweep, cut as a whole past that cap (``runner.Sweep``)."""
     keys = {label: ("simulate", replace(s, id=None), memory_limit_bytes) for label, s in scenarios.items()}
     jobs = {key: (simulate_summarized, (key[1], memory_limit_bytes)) for key in keys.values()}
-    done, failed, _ = session_runner().fetch(jobs, on_progress=progress)
+    done, failed, _ = session_runner().fetch(jobs, on_progress=progress, sweep_cap_s=sweep_cap_s)
     finished = {label: (replace(done[key][0], scenario_id=label), {**done[key][1], "label": label})
                 for label, key in keys.items() if key in done}
     errors = {label: failed[key] for label, key in keys.items() if key in failed}
@@ -90,10 +92,11 @@ def simulate_many(
 
 
 def summaries_many(
-    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None
+    scenarios: dict[str, Scenario], memory_limit_bytes: int | None, progress: Progress | None = None,
+    sweep_cap_s: float | None = None,
 ) -> tuple[dict[str, Record], dict[str, str], list[str]]:
     """``fetch_many``'s summary records alone."""
-    finished, errors, pending = fetch_many(scenarios, memory_limit_bytes, progress)
+    finished, errors, pending = fetch_many(scenarios, memory_limit_bytes, progress, sweep_cap_s)
     return {label: record for label, (_, record) in finished.items()}, errors, pending
 
 
