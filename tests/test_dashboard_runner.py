@@ -88,8 +88,9 @@ def test_a_sweep_past_its_cap_is_cut_as_a_whole() -> None:
     start = time.monotonic()
     done, failed, pending = work.fetch(jobs, sweep_cap_s=0.5)
     assert time.monotonic() - start < 5 and not pending and list(done) == ["quick"]
-    assert failed == {"slow": runner.sweep_cut_message(0.5), "queued": runner.sweep_cut_message(0.5)}
-    assert failed["slow"].startswith("cut: the sweep spent its 0.5 s")
+    assert failed == {"slow": runner.sweep_cut_message(0.5), "queued": runner.sweep_cut_message(0.5, started=False)}
+    assert failed["slow"].startswith("cut: still running when the sweep's 0.5 s were spent")
+    assert failed["queued"].startswith("cut: not started before the sweep's 0.5 s were spent")
     assert not work.running and not work.queued
     work.begin(budget_s=30)
     again = work.fetch(jobs, sweep_cap_s=0.5)

@@ -73,7 +73,8 @@ READY_JS = """(() => {
   if (!main || document.querySelector('[data-testid="stSkeleton"]')) return false;
   const status = document.querySelector('[data-testid="stStatusWidget"]');
   if (status && status.innerText.trim()) return false;  // "Running..."
-  if (document.querySelector('[data-testid="stProgress"]')) return false;
+  const bars = [...document.querySelectorAll('[data-testid="stProgress"]')];
+  if (bars.some(bar => !bar.innerText.includes(" cut ("))) return false;  // a bar left says what a sweep cut
   const text = main.innerText;  // pages rerun as their simulations finish
   if (text.includes("still computing") || /predicted\)?\.\.\./.test(text)) return false;
   return main.innerText.length > 40;

@@ -36,9 +36,10 @@ def cut_message() -> str:
     return f"cut: needs more than {RUN_CAP_S:g} s to simulate (fewer tokens or a larger step finish in time)"
 
 
-def sweep_cut_message(cap_s: float) -> str:
-    return (f"cut: the sweep spent its {cap_s:g} s before this cell finished "
-            "(fewer tokens, fewer cells or larger steps finish in time)")
+def sweep_cut_message(cap_s: float, started: bool = True) -> str:
+    """A cell of a sweep cut at the sweep's cap: still running then, or never started."""
+    what = "still running when" if started else "not started before"
+    return f"cut: {what} the sweep's {cap_s:g} s were spent (fewer tokens, cells or policies finish in time)"
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -168,9 +169,8 @@ class Runner:
             sweep = self.sweeps.get(keys)
             if sweep is None or sweep.cut or sweep.started_s is None or now - sweep.started_s <= sweep.cap_s:
                 continue
-            message = sweep_cut_message(sweep.cap_s)
             for key in [k for k in keys if k not in _done]:
-                sweep.cut[key] = message
+                sweep.cut[key] = sweep_cut_message(sweep.cap_s, started=key in self.running)
                 if key in self.running:
                     self._stop(key)
                 self.queued.pop(key, None)
