@@ -7,7 +7,7 @@ from typing import Any
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.schedule import EvalPeak, Workload, play, play_generation
+from kvsim.generation.schedule import EvalPeak, Workload, record, replay
 from kvsim.sim.peak_range import point_estimate, profile_range
 from kvsim.sim.profile import load_profile
 
@@ -80,36 +80,29 @@ class Prediction:
 
 def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
             policy: dict[str, Any] | None = None) -> Prediction:
-    """Play the generation of ``workload`` on ``built`` through ``backend``'s profile."""
+    """Play the generation of ``workload`` on ``built`` through ``backend``'s profile: traced once, played
+    under the fitted timing and, on a GPU profile, under the range's three others."""
     cache = None
     if policy is not None:
         from policies.mlx import make_prompt_cache
 
         cache = make_prompt_cache(built.model, policy=policy)
     profile = load_profile(backend)
-    pb, kv = play(built, workload, profile, cache)
+    recorded = record(built, workload, profile, cache)
+    pb = replay(recorded, profile)
     evals = pb.evals
     top = max(evals, key=lambda e: e.peak_bytes)
     peak, low, high = top.peak_bytes, None, None
     if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
-        ends = [_peak(built, workload, p, policy) for p in
+        ends = [max(e.peak_bytes for e in replay(recorded, p).evals) for p in
                 (profile.variant("low"), profile.variant("high"), profile.floor_variant())]
         low, high = (int(x) for x in profile_range(profile, peak, ends[0], ends[1], ends[2]))
         peak = int(point_estimate(peak, ends[0], ends[1], profile.peak_point_weight))
     footprint = max(peak, built.weights_bytes + pb.carry.repeat_footprint_bytes,  # (a GPU point may exceed
                     *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,
-                      peak, built.weights_bytes, kv, top.kv_after_bytes, top.phase, top.offset, tuple(evals),
-                      low, high, pb.carry.cache_bytes, footprint, profile.process_baseline_bytes)
-
-
-def _peak(built: BuiltModel, workload: Workload, profile: Any, policy: dict[str, Any] | None) -> int:
-    cache = None
-    if policy is not None:
-        from policies.mlx import make_prompt_cache
-
-        cache = make_prompt_cache(built.model, policy=policy)
-    return max(e.peak_bytes for e in play_generation(built, workload, profile, cache)[0])
+                      peak, built.weights_bytes, recorded.kv_bytes, top.kv_after_bytes, top.phase, top.offset,
+                      tuple(evals), low, high, pb.carry.cache_bytes, footprint, profile.process_baseline_bytes)
 
 
 def predict_model(model: str, workload: Workload, backend: str = "mlx-cpu",

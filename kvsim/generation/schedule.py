@@ -7,10 +7,15 @@ quantization of ``kv_bits``, and the decode steps with their ``mx.async_eval``. 
 through ``kvsim.sim.eval_sim.run_eval`` (MLX's evaluation order, the backend allocator, the CPU worker's
 task-completion frees) with the weights and the caches' held state as its starting active memory.
 Decode evals in which no cache changes size repeat their predecessors' memory and are not played.
+The generation is traced once (``record``: each played eval's graph, ``mx.clear_cache()`` and the
+repeated steps, in order) and played under each timing of its profile (``replay``): a GPU prediction
+plays four timings of one trace.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +25,7 @@ from mlx.utils import tree_flatten
 from kvsim.generation.cache_carry import CarriedCache
 from kvsim.generation.kernels import metal_kernels
 from kvsim.generation.model import BuiltModel
-from kvsim.generation.trace import Trace, subgraph, tracing
+from kvsim.generation.trace import EvalGraph, Trace, subgraph, tracing
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
 from kvsim.sim.profile import BackendProfile
@@ -66,30 +71,72 @@ class EvalPeak:
     """Weights plus the largest active + cache bytes during the eval (what the process holds)."""
 
 
-@dataclass(slots=True)
-class Playback:
-    """Plays each eval ``generate_step`` makes and collects their peaks."""
+CLEAR = "clear"
+"""An event of a recorded generation: ``mx.clear_cache()`` where ``generate_step`` calls it."""
+REPEAT = "repeat"
+"""An event: a decode step not played, which repeats the last played one's memory."""
 
+
+@dataclass(frozen=True, slots=True)
+class RecordedEval:
+    """One eval ``generate_step`` makes that is played: its graph and what its ``EvalPeak`` reports."""
+
+    graph: EvalGraph
+    phase: str
+    """``prefill``, ``first`` or ``decode``."""
+    offset: int
+    """Tokens the caches held when the step ran."""
+    kv_after_bytes: int
+    """Bytes of the caches' state after the step."""
+
+
+Event = RecordedEval | str
+"""A recorded eval, ``CLEAR`` or ``REPEAT``, in the order ``generate_step`` makes them."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """What a trace takes from the profile it is recorded under; the rest of a profile only times the plays."""
+
+    sdpa_kernels: str
+    """The backend's fused attention kernels (and, ``metal``, mlx-lm's Metal-only kernels: ``kernels.py``)."""
+    bytes_per_flop: float
+    """A matmul's arithmetic as bytes moved (``Trace.op``): ``device_bytes_per_s / matmul_flops_per_s``."""
+    cpu: bool
+    """Ops follow the CPU backend's implementations (``Trace.cpu``)."""
+
+
+def trace_settings(profile: BackendProfile) -> TraceSettings:
+    return TraceSettings(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile),
+                         not profile.is_gpu)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationTrace:
+    """A generation traced once (``record``), to be played under any timing of its profile (``replay``)."""
+
+    settings: TraceSettings
     weights_bytes: int
-    profile: BackendProfile
+    events: tuple[Event, ...]
+    kv_bytes: int
+    """The caches' bytes at the end."""
+
+
+@dataclass(slots=True)
+class Recorder:
+    """Turns each eval ``generate_step`` makes into an event: its graph where it is played."""
+
     trace: Trace
     cache: list[Any]
-    evals: list[EvalPeak] = field(default_factory=list)
+    emit: Callable[[Event], None]
     last_sizes: tuple[int, ...] = ()
     decode_evals: int = 0
-    carry: CarriedCache = field(init=False)
-    """MLX's buffer cache from eval to eval (``kvsim.generation.cache_carry``)."""
-
-    def __post_init__(self) -> None:
-        self.carry = CarriedCache(self.profile)
 
     def clear_cache(self) -> None:
-        """``mx.clear_cache()`` where ``generate_step`` calls it."""
-        self.carry.clear()
+        self.emit(CLEAR)
 
     def repeat_decode(self) -> None:
-        """A decode step not played repeats the last played one's memory: its cache too."""
-        self.carry.repeat()
+        self.emit(REPEAT)
 
     def on_eval(self, outputs: list[mx.array]) -> None:
         state = cache_arrays(self.cache)
@@ -105,6 +152,34 @@ class Playback:
         if phase == "decode" and not grew:
             self.repeat_decode()
             return  # the last played decode step's graph, a row longer: its memory repeats
+        offset = next((c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)), 0)
+        self.emit(RecordedEval(ev, phase, offset, sum(sizes)))
+
+
+@dataclass(slots=True)
+class Player:
+    """Plays a generation's events through ``run_eval`` under one profile and collects their peaks."""
+
+    weights_bytes: int
+    profile: BackendProfile
+    evals: list[EvalPeak] = field(default_factory=list)
+    carry: CarriedCache = field(init=False)
+    """MLX's buffer cache from eval to eval (``kvsim.generation.cache_carry``)."""
+
+    def __post_init__(self) -> None:
+        self.carry = CarriedCache(self.profile)
+
+    def event(self, e: Event) -> None:
+        if e == CLEAR:
+            self.carry.clear()
+        elif e == REPEAT:
+            self.carry.repeat()
+        else:
+            self.play(e)
+
+    def play(self, rec: RecordedEval) -> None:
+        """One eval on a fresh allocator holding the buffers alive at its start and the carried cache."""
+        ev = rec.graph
         alloc = Allocator(self.profile)
         buffers = Buffers(alloc)
         owned = {r: buffers.new(n, 0.0, refs=0) for r, n in ev.buffer_bytes.items()}
@@ -122,11 +197,35 @@ class Playback:
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
         run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
-        self.carry.played(alloc, phase, [n for b, n in state_lengths.items() if b not in buffers.table])
-        offset = next((c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)), 0)
-        self.evals.append(EvalPeak(phase, offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
-                                   kv_before, sum(sizes), alloc.cache_bytes,
+        self.carry.played(alloc, rec.phase, [n for b, n in state_lengths.items() if b not in buffers.table])
+        self.evals.append(EvalPeak(rec.phase, rec.offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
+                                   kv_before, rec.kv_after_bytes, alloc.cache_bytes,
                                    self.weights_bytes + alloc.footprint_peak_bytes))
+
+
+class Playback:
+    """Records each eval ``generate_step`` makes and plays it at once under one profile (no trace kept)."""
+
+    def __init__(self, weights_bytes: int, profile: BackendProfile, trace: Trace, cache: list[Any]) -> None:
+        self.player = Player(weights_bytes, profile)
+        self.recorder = Recorder(trace, cache, self.player.event)
+
+    @property
+    def evals(self) -> list[EvalPeak]:
+        return self.player.evals
+
+    @property
+    def carry(self) -> CarriedCache:
+        return self.player.carry
+
+    def on_eval(self, outputs: list[mx.array]) -> None:
+        self.recorder.on_eval(outputs)
+
+    def clear_cache(self) -> None:
+        self.recorder.clear_cache()
+
+    def repeat_decode(self) -> None:
+        self.recorder.repeat_decode()
 
 
 def _is_state(outputs: list[mx.array], state: list[mx.array]) -> bool:
@@ -161,9 +260,39 @@ def play_generation(built: BuiltModel, workload: Workload, profile: BackendProfi
 
 
 def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
-         cache: list[Any] | None = None) -> tuple[Playback, int]:
-    """Play a generation on the stand-in model; return the playback (its evals, the buffer cache at the end)
-    and the caches' final bytes.
+         cache: list[Any] | None = None) -> tuple[Player, int]:
+    """Play a generation on the stand-in model; return the player (its evals, the buffer cache at the end)
+    and the caches' final bytes."""
+    recorded = record(built, workload, profile, cache)
+    return replay(recorded, profile), recorded.kv_bytes
+
+
+def replay(recorded: GenerationTrace, profile: BackendProfile) -> Player:
+    """Play a recorded generation under ``profile``: any timing of the profile it was recorded under (its
+    ``variant``s share its trace settings; ``floor_variant``'s device takes no time, so the matmuls' work
+    bytes, the one setting it changes, time nothing: ``eval_sim.run_eval``'s ``work_bytes / bytes_per_s``)."""
+    profile = generation_profile(profile)
+    settings = trace_settings(profile)
+    if not _replayable(recorded.settings, settings, profile):
+        raise ValueError(f"profile: {profile.name}'s trace settings {settings} differ from the recorded "
+                         f"{recorded.settings}")
+    player = Player(recorded.weights_bytes, profile)
+    for e in recorded.events:
+        player.event(e)
+    return player
+
+
+def _replayable(recorded: TraceSettings, settings: TraceSettings, profile: BackendProfile) -> bool:
+    """Whether a trace recorded with ``recorded`` plays as one made with ``settings`` would: the same, or a
+    device that takes no time (the floor), where a matmul's arithmetic bytes move nothing."""
+    if math.isinf(profile.device_bytes_per_s):
+        return replace(recorded, bytes_per_flop=0.0) == replace(settings, bytes_per_flop=0.0)
+    return recorded == settings
+
+
+def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
+           cache: list[Any] | None = None) -> GenerationTrace:
+    """Trace a generation on the stand-in model once, its evals recorded for ``replay``.
 
     Follows ``generate_step`` (mlx-lm 0.32.2 ``generate.py`` L431-461): prefill chunks of
     ``prefill_step_size`` (the last prompt token left over), each followed by ``quantize_cache_fn``,
@@ -175,17 +304,16 @@ def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
     w = workload
     from mlx_lm.models.cache import make_prompt_cache
 
-    profile = generation_profile(profile)
-
+    settings = trace_settings(profile)
     cache = cache if cache is not None else make_prompt_cache(built.model, max_kv_size=w.max_kv_size)
     prompt = mx.zeros((1, w.prompt_tokens), mx.uint32)
     mx.eval(prompt)
     chunks = _chunks(w)
-    with tracing(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile),
-                 cpu=not profile.is_gpu) as t, \
+    events: list[Event] = []
+    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, cpu=settings.cpu) as t, \
             metal_kernels(t, profile):
-        pb = Playback(built.weights_bytes, profile, t, cache)
-        t.on_eval = pb.on_eval
+        rec = Recorder(t, cache, events.append)
+        t.on_eval = rec.on_eval
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
         for i, n in enumerate(chunks):
             if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
@@ -194,17 +322,17 @@ def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
                 mx.eval([c.state for c in cache])
             else:
                 _advance(cache, t, n, w)
-            pb.clear_cache()  # generate.py L463
+            rec.clear_cache()  # generate.py L463
         y = _step(built, prompt[:, -1:], cache, w)  # the last prompt token
         for n in range(w.max_tokens):
             if n in (0, w.max_tokens - 1) or _changes(cache, w):
                 y = _step(built, y[None], cache, w)
             else:
                 _advance(cache, t, 1, w)
-                pb.repeat_decode()
+                rec.repeat_decode()
             if n % 256 == 0:
-                pb.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
-    return pb, sum(a.nbytes for a in cache_arrays(cache))
+                rec.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
+    return GenerationTrace(settings, built.weights_bytes, tuple(events), sum(a.nbytes for a in cache_arrays(cache)))
 
 
 MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}

@@ -653,4 +653,4 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
     return EvalGraph(local, leaf_buffers, buffer_bytes)
 
 
-__all__ = ["Trace", "subgraph", "tracing"]
+__all__ = ["EvalGraph", "Trace", "subgraph", "tracing"]
