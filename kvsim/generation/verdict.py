@@ -21,7 +21,7 @@ from kvsim.generation.config import ModelConfig
 from kvsim.generation.devices import Device
 from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.predict import Prediction
-from kvsim.generation.schedule import Workload, play_generation
+from kvsim.generation.schedule import GenerationTrace, Workload, record, replay
 from kvsim.sim.peak_range import point_estimate
 from kvsim.sim.profile import load_profile
 
@@ -153,9 +153,9 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
 
     ``predict``'s point is ``point_estimate`` of the fitted, earliest and latest free timings (the floor
     timing only sets the range: not played here). No timing's peak is below the weights plus the caches'
-    largest held state at an eval's start (``schedule.Playback.on_eval``: ``weights + max(peak,
-    kv_before)``), and that state does not depend on the timing, so the first timing's bounds those not
-    yet played; ``point_estimate`` (positive weights, float rounding included) and ``int`` are monotone,
+    largest held state at an eval's start (``schedule.Player.play``: ``weights + max(peak,
+    kv_before)``), and that state, recorded once (``schedule.record``), does not depend on the timing, so
+    the first timing's bounds those not yet replayed; ``point_estimate`` (positive weights, float rounding included) and ``int`` are monotone,
     so a bound over the limit means the point is over it too."""
     profile = load_profile(backend)
     timings = (profile, profile.variant("low"), profile.variant("high")) if profile.is_gpu else (profile,)
@@ -168,18 +168,21 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
 
     peaks: list[int] = []
     floor_bytes = built.weights_bytes
+    recorded: GenerationTrace | None = None
     for timing in timings:
         bound = point(peaks, floor_bytes)
         if limit_bytes is not None and bound > limit_bytes:
             return Probe(bound, False, len(peaks), peaks[0] if peaks else 0)
         if max_plays is not None and len(peaks) >= max_plays:
             return None
-        cache = None
-        if policy is not None:  # as predict does: a fresh cache of the policy per play
-            from policies.mlx import make_prompt_cache
+        if recorded is None:  # as predict does: traced once (a fresh cache of the policy), each timing replayed
+            cache = None
+            if policy is not None:
+                from policies.mlx import make_prompt_cache
 
-            cache = make_prompt_cache(built.model, policy=policy)
-        evals = play_generation(built, w, timing, cache)[0]
+                cache = make_prompt_cache(built.model, policy=policy)
+            recorded = record(built, w, profile, cache)
+        evals = replay(recorded, timing).evals
         peaks.append(max(e.peak_bytes for e in evals))
         floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
     return Probe(point(peaks, floor_bytes), True, len(peaks), peaks[0])
