@@ -160,12 +160,21 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
 
 
 def measure_fresh(*args: Any, **kwargs: Any) -> Run:
-    """``measure(..., resident=True)`` in a fresh Python process (``spawn``): its RSS is this generation's
-    alone, not the heap earlier runs left behind."""
-    import multiprocessing
+    """``measure(..., resident=True)`` in a fresh Python interpreter: its RSS is this generation's alone.
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(measure, args, {**kwargs, "resident": True})
+    A plain subprocess, not ``multiprocessing``'s spawn: spawn re-imports the parent's ``__main__`` in the
+    child (under pytest, after Streamlit's AppTest, the dashboard script and Streamlit: +130 MB of RSS)."""
+    import subprocess
+    import sys
+
+    child = ("import json, sys, dataclasses; from kvsim.generation.measure import measure; "
+             "a = json.load(sys.stdin); "
+             "print(json.dumps(dataclasses.asdict(measure(*a['args'], **a['kwargs'], resident=True))))")
+    done = subprocess.run([sys.executable, "-c", child], input=json.dumps({"args": args, "kwargs": kwargs}),
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"measure_fresh: the child failed: {done.stderr.strip().splitlines()[-1:]}")
+    return Run(**json.loads(done.stdout.splitlines()[-1]))
 
 
 def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
