@@ -126,11 +126,17 @@ def test_stdin_and_pool_keep_input_order_and_match_one_process(tmp_path: Path) -
     assert pooled.stdout == single.stdout and pooled.stderr == ""
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT's default action. A test run started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_with_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text(json.dumps(_many(40, 20_000)))
     proc = subprocess.Popen([sys.executable, "-m", "kvsim.cli", "predict", str(path), "--jobs", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     first = proc.stdout.readline()  # the pool is running and has printed
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=60)

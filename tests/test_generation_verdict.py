@@ -197,7 +197,8 @@ def test_ctrl_c_during_generate_exits_130_with_one_line() -> None:
     """SIGINT to a real ``kvsim generate --device`` past its imports (3 s of CPU time: building the model or predicting)."""
     argv = [sys.executable, "-m", "kvsim.cli", "generate", "--model", "qwen3-8b", "--prompt-tokens", "4096",
             "--max-tokens", "4096", "--device", "h100", "--search-budget-s", "600"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not SIG_IGN inherited from a background shell
     t = time.monotonic()
     while _cpu_s(proc.pid) < 3 and proc.poll() is None and time.monotonic() - t < 120:
         time.sleep(0.2)
