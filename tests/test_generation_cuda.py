@@ -13,9 +13,9 @@ import pytest
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import ModelConfig
+from kvsim.generation.measure import row_workload
 from kvsim.generation.model import build_model
 from kvsim.generation.predict import predict
-from kvsim.generation.schedule import Workload
 
 RUNS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4"
 SAMPLE = [("train", "gemma-3-1b-it", 8192, 0.09), ("validation", "llama-3.1-8b-instruct", 1024, 0.09),
@@ -32,7 +32,7 @@ def _run(split: str, name: str, prompt_tokens: int) -> dict:
 def test_cuda_run_inside_its_range_and_near_the_point(split: str, name: str, prompt_tokens: int, max_error: float):
     r = _run(split, name, prompt_tokens)
     built = build_model(ModelConfig(r["config"], r["name"]))
-    w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"])
+    w = row_workload(r)
     p = predict(built, w, "mlx-cuda")
     assert p.weights_bytes == r["params_bytes"] and p.kv_bytes == r["kv_bytes"]
     assert p.peak_low_bytes is not None and p.peak_high_bytes is not None

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from kvsim.generation.config import ModelConfig, load_model_config
-from kvsim.generation.measure import append_jsonl, measure, run_row, scale_config
+from kvsim.generation.measure import append_jsonl, measure, row_workload, run_row, scale_config
 
 WORKLOADS = ((1024, 512, 64), (2048, 2048, 16), (3000, 1024, 200))
 """(prompt tokens, prefill step size, max tokens) of each run; --workloads overrides."""
@@ -31,8 +31,13 @@ WIDTHS = {"phi-2": {"hidden_size": 320}}
 """Per-config widths: phi's partial rotary needs 0.4 x head_dim even."""
 
 
+def parse_workloads(text: str | None) -> list[tuple[int, ...]]:
+    """``N:step:K,...`` as (prompt tokens, prefill step size, max tokens) tuples; ``WORKLOADS`` if empty."""
+    return [tuple(int(x) for x in w.split(":")) for w in text.split(",")] if text else list(WORKLOADS)
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
-    workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
+    workloads = parse_workloads(args.workloads)
     out = Path(args.out) / f"{args.split}.jsonl"
     for name in args.configs.split(","):
         config = load_model_config(name).config
@@ -50,15 +55,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from kvsim.generation.model import build_model
     from kvsim.generation.predict import predict
-    from kvsim.generation.schedule import Workload
 
     errors: dict[str, list[float]] = {}
     for path in args.files:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
             built = build_model(ModelConfig(r["config"], r["name"]))
-            w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"],
-                         quantized_kv_start=r.get("quantized_kv_start", 5000))
+            w = row_workload(r)
             p = predict(built, w, args.backend)
             err = p.peak_bytes / r["peak_bytes"] - 1
             errors.setdefault(r["split"], []).append(err)

@@ -22,14 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generation_runs import SCALE, WIDTHS, WORKLOADS  # noqa: E402
+from generation_runs import SCALE, WIDTHS, WORKLOADS, parse_workloads  # noqa: E402
 
 from kvsim.generation.config import ModelConfig, load_model_config  # noqa: E402
-from kvsim.generation.measure import append_jsonl, measure_fresh, run_row, scale_config  # noqa: E402
+from kvsim.generation.measure import append_jsonl, measure_fresh, row_workload, run_row, scale_config  # noqa: E402
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    workloads = [tuple(int(x) for x in w.split(":")) for w in args.workloads.split(",")] if args.workloads else WORKLOADS
+    workloads = parse_workloads(args.workloads)
     for name in args.configs.split(","):
         config = scale_config(load_model_config(name).config, args.layers,
                               **{**SCALE, **WIDTHS.get(name, {}), **json.loads(args.widths)})
@@ -49,14 +49,12 @@ def _err(predicted: int, measured: int) -> float:
 def cmd_report(args: argparse.Namespace) -> int:
     from kvsim.generation.model import build_model
     from kvsim.generation.predict import predict
-    from kvsim.generation.schedule import Workload
 
     errors: dict[str, list[float]] = {}
     for path in args.files:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
-            w = Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"], r["max_kv_size"], r["kv_bits"],
-                         quantized_kv_start=r.get("quantized_kv_start", 5000))
+            w = row_workload(r)
             p = predict(build_model(ModelConfig(r["config"], r["name"])), w, args.backend)
             row = {"split": r["split"], "name": r["name"], "prompt_tokens": w.prompt_tokens,
                    "prefill_step_size": w.prefill_step_size, "max_tokens": w.max_tokens,

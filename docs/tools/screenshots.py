@@ -157,14 +157,19 @@ def shoot(url: str, out: Path, size: str, settle_s: float, timeout_s: float) -> 
         try:
             png = asyncio.run(_capture(_page_ws_url(port), url, settle_s, timeout_s))
         finally:
-            browser.terminate()
-            try:
-                browser.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                browser.kill()
+            stop(browser)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_bytes(png)
     os.replace(tmp, out)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate ``proc``; kill it if it has not exited 10 s later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,11 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             shoot(f"http://127.0.0.1:{port}/?{query}", out, args.size, args.settle_s, args.timeout_s)
             print(f"{view}: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
     return 0
 
 

@@ -189,3 +189,11 @@ def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def run_row(run: Run, split: str) -> dict[str, Any]:
     return {"split": split, **asdict(run)}
+
+
+def row_workload(row: dict[str, Any]) -> Any:
+    """The ``kvsim.generation.schedule.Workload`` a stored row (``run_row``) ran."""
+    from kvsim.generation.schedule import Workload  # here: schedule imports MLX
+
+    return Workload(row["prompt_tokens"], row["max_tokens"], row["prefill_step_size"], row["max_kv_size"],
+                    row["kv_bits"], quantized_kv_start=row.get("quantized_kv_start", 5000))
