@@ -21,7 +21,7 @@ from kvsim.sim.profile import load_profile
 SCALE = {"hidden_size": 256, "intermediate_size": 768, "vocab_size": 8192}  # docs/tools/generation_runs.SCALE
 
 RESIDENT_TOLERANCE = 0.10
-"""|predicted / measured - 1| of the max RSS: 1.0%-6.6% on the 12 resident runs with 512- and 1,024-token
+"""|predicted / measured - 1| of the max RSS: 1.7%-5.8% on the 9 resident runs with 512- and 1,024-token
 chunks (data/generation/mlx-cpu-0.32.4/resident.jsonl; this workload measured -4.6%), room for host noise."""
 CACHE_TOLERANCE_BYTES = 1 << 20
 """|predicted - measured| of ``mx.get_cache_memory()`` at the end: at most 0.9 MB on the resident runs that
