@@ -47,10 +47,14 @@ def quiet_host() -> Iterator[bool]:
 
 @pytest.mark.parametrize("prompt_tokens, decode_tokens", [(1000, 300), (2000, 400)])
 def test_quantized_class_on_a_quiet_host(prompt_tokens: int, decode_tokens: int) -> None:
+    """Every run lies in the predicted range; on a quiet host (SCHED_FIFO) the runs that no stall lowered match
+    the point. A stall only lowers a peak (the worker frees in-flight inputs while the host waits): 12 quiet runs
+    in a row matched to 16 B, while 2 of 4 runs of this file had one run of two 4.4% low (114,053,208 B against
+    119,296,168), inside the range. So the largest of three runs is held to 3% of the point."""
     scenario = parse_scenario(quantized(prompt_tokens, decode_tokens))
     predicted = simulate(scenario).summary
     with quiet_host() as quiet:
-        peaks = [run_reference(scenario).peak_bytes for _ in range(2)]
+        peaks = [run_reference(scenario).peak_bytes for _ in range(3)]
     assert all(predicted.peak_low_bytes <= p <= predicted.peak_high_bytes for p in peaks), (predicted, peaks)
     if quiet:
-        assert all(abs(predicted.peak_bytes - p) <= 0.03 * p for p in peaks), (predicted.peak_bytes, peaks)
+        assert abs(predicted.peak_bytes - max(peaks)) <= 0.03 * max(peaks), (predicted.peak_bytes, peaks)
