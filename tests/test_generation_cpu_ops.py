@@ -148,3 +148,49 @@ def test_stored_cpu_runs_within_3_percent(split: str, name: str, prompt_tokens: 
     p = predict(built, Workload(r["prompt_tokens"], r["max_tokens"], r["prefill_step_size"]), "mlx-cpu")
     assert p.weights_bytes == r["params_bytes"] and p.kv_bytes == r["kv_bytes"]
     assert abs(p.peak_bytes / r["peak_bytes"] - 1) <= 0.03, (p.peak_bytes, r["peak_bytes"])
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b-instruct", "gemma-3-1b-it"])
+def test_a_view_does_not_hold_its_input(name: str):
+    """``cpu/eval.cpp`` keeps an op's inputs alive until its task runs, except a buffer the output shares: a
+    reshape's input is not held, so the compiled ``swiglu`` reading the gate projection through the matmul's
+    unflattening reshape may donate it (llama: three intermediates, not four). Gemma's shapeless
+    ``gelu_approx`` does not donate either way. The MLP alone, after its input is evaluated: real peak above
+    the active memory equals kvsim's play of the same call (to 64 B: constants a compiled kernel allocates)."""
+    config = scale_config(load_model_config(name).config, 1, **SCALE)
+    peaks = {}
+    for kind in ("real", "kvsim"):
+        mx.random.seed(0)
+        built = build_model(ModelConfig(config, name), stand_in=kind == "kvsim")
+        model = built.model
+        mlp = model.model.layers[0].mlp
+        tokens = mx.zeros((1, 511), mx.uint32)
+        if kind == "real":
+            mx.eval(model.parameters())
+            h = model.model.embed_tokens(tokens)
+            mx.eval(h)
+            mx.synchronize()
+            mx.clear_cache()
+            base = mx.get_active_memory()
+            mx.reset_peak_memory()
+            mx.eval(mlp(h))
+            mx.synchronize()
+            peaks[kind] = mx.get_peak_memory() - base
+        else:
+            from kvsim.generation.schedule import Playback, generation_profile
+            from kvsim.sim.profile import load_profile
+
+            profile = generation_profile(load_profile("mlx-cpu"))
+            with tr.tracing(profile.sdpa_kernels, cpu=True) as t:
+                pb = Playback(0, profile, t, make_prompt_cache(model))
+                t.register_leaves([v for _, v in tree_flatten(model.parameters())])
+                h = model.model.embed_tokens(tokens)
+                pb.on_eval([h])
+                pb.on_eval([mlp(h)])
+                e = pb.evals[-1]
+                peaks[kind] = e.peak_bytes - e.kv_before_bytes
+    intermediate = 511 * SCALE["intermediate_size"] * 2  # bfloat16
+    hidden = 511 * SCALE["hidden_size"] * 2
+    donated = name.startswith("llama")
+    assert abs(peaks["real"] - ((2 + (not donated)) * intermediate + hidden)) <= 64  # + a compiled scalar or two
+    assert abs(peaks["kvsim"] - peaks["real"]) <= 64

@@ -188,10 +188,10 @@ def run_eval(
                 if malloc_rate and alloc.fresh_bytes:  # a system allocation (pool growth) costs host time
                     host_t += alloc.fresh_bytes / malloc_rate
         # 3. the work holds its inputs until it completes: a CPU task, or the open GPU command buffer
-        held = []
+        held, own = [], buf_of[a]  # cpu/eval.cpp: an input sharing the output's buffer (a view, a donor) is not held
         for x in ins:
             b = buf_of.get(x)
-            if b is not None and b != donated and b not in held:
+            if b is not None and b != own and b not in held:
                 held.append(b)
                 table[b].refs += 1
         work_s = kernels * dispatch_s + arr.work_bytes / bytes_per_s

@@ -160,9 +160,10 @@ class _EvalRun:
         """Input buffers the op's work keeps alive until it completes."""
         held: list[int] = []
         table = self.buffers.table
+        own = self.buf_of[a]  # cpu/eval.cpp: an input sharing the output's buffer (a view, a donor) is not held
         for x in self.g.arrays[a].inputs:
             b = self.buf_of.get(x)
-            if b is not None and b != donated and b not in held:
+            if b is not None and b != own and b not in held:
                 held.append(b)
                 table[b].refs += 1
         return held
