@@ -82,6 +82,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing_file(path: str) -> str:
+    """argparse type: a readable file, else one line naming it."""
+    if not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {path}")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,8 +102,8 @@ def main() -> int:
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(func=cmd_measure)
     r = sub.add_parser("report")
-    r.add_argument("files", nargs="+")
-    r.add_argument("--backend", default="mlx-cpu")
+    r.add_argument("files", nargs="+", type=_existing_file)
+    r.add_argument("--backend", default="mlx-cpu", choices=("mlx-cpu", "mlx-cuda", "mlx-metal"))
     r.set_defaults(func=cmd_report)
     args = parser.parse_args()
     return int(args.func(args))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generation_runs import SCALE, WIDTHS, WORKLOADS, parse_workloads  # noqa: E402
+from generation_runs import SCALE, WIDTHS, WORKLOADS, _existing_file, parse_workloads  # noqa: E402
 
 from kvsim.generation.config import ModelConfig, load_model_config  # noqa: E402
 from kvsim.generation.measure import append_jsonl, measure_fresh, row_workload, run_row, scale_config  # noqa: E402
@@ -83,6 +83,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,8 +97,8 @@ def main() -> int:
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(func=cmd_measure)
     r = sub.add_parser("report")
-    r.add_argument("files", nargs="+")
-    r.add_argument("--backend", default="mlx-cpu")
+    r.add_argument("files", nargs="+", type=_existing_file)
+    r.add_argument("--backend", default="mlx-cpu", choices=("mlx-cpu", "mlx-cuda", "mlx-metal"))
     r.set_defaults(func=cmd_report)
     args = parser.parse_args()
     return int(args.func(args))
