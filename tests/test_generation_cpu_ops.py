@@ -194,3 +194,15 @@ def test_a_view_does_not_hold_its_input(name: str):
     donated = name.startswith("llama")
     assert abs(peaks["real"] - ((2 + (not donated)) * intermediate + hidden)) <= 64  # + a compiled scalar or two
     assert abs(peaks["kvsim"] - peaks["real"]) <= 64
+
+
+def test_cpu_dispatches_follow_eval_cpu():
+    """Each traced node counts the dispatches MLX's CPU ``eval_cpu`` makes before its holder: ``addmm`` copies
+    ``c`` then runs the GEMM (2), ``mean`` is ``multiply(sum(a), 1/n)`` (sum, its holder, multiply: 3),
+    ``concatenate`` copies each input (3 inputs: 3), an add one; on a GPU profile every node counts one."""
+    a, b, c = mx.zeros((4, 8)), mx.zeros((4, 8)), mx.zeros((4, 4))
+    mx.eval(a, b, c)
+    for cpu, want in ((True, [2, 3, 3, 1]), (False, [1, 1, 1, 1])):
+        with tr.tracing("fallback", cpu=cpu) as t:
+            outs = [mx.addmm(c, a, b.T), mx.mean(a, axis=-1), mx.concatenate([a, b, a]), a + b]
+            assert [t.graph.arrays[t.node(o)].kernels for o in outs] == want

@@ -163,7 +163,8 @@ class Trace:
         moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
         if flops and math.isfinite(self.bytes_per_flop):
             moved += int(flops * self.bytes_per_flop)
-        n = self.graph.op(prim, inputs, out.nbytes, work_bytes=moved, donors=donors)
+        kernels = (len(inputs) if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)) if self.cpu else 1
+        n = self.graph.op(prim, inputs, out.nbytes, kernels=kernels, work_bytes=moved, donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
 
     def view(self, src: int, out: mx.array, strides: Strides) -> int:
@@ -176,6 +177,16 @@ def _arrays(x: Any) -> Iterator[mx.array]:
     elif isinstance(x, (list, tuple)):
         for y in x:
             yield from _arrays(y)
+
+
+CPU_KERNELS = {"addmm": 2, "mean": 3}
+"""Dispatches a call makes on the CPU before its holder, where that is not one (``cpu/eval.cpp`` dispatches a
+holder after every array; every dispatch counts towards the ``DISPATCHES_PER_TASK`` that close a task,
+``cpu/encoder.h``): ``AddMM`` copies ``c`` into the output (``copy_cpu``), then runs the GEMM
+(``backend/cpu/matmul.cpp``); ``mean`` is two arrays, ``multiply(sum(a), 1 / n)`` (``ops.cpp``), traced as
+one node: the sum's kernel and holder, then the multiply's kernel. ``concatenate`` copies each input
+(``Concatenate::eval_cpu``, ``backend/cpu/primitives.cpp``): one kernel per input (``CONCATENATES``)."""
+CONCATENATES = frozenset({"concatenate", "concat"})
 
 
 SMALL_LEAF_ELEMENTS = 64
