@@ -94,7 +94,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--configs", required=True, help="comma-separated shipped config names (or paths)")
-    m.add_argument("--split", required=True, choices=("train", "validation", "heldout"))
+    m.add_argument("--split", required=True, choices=("train", "validation", "heldout", "repeat"))
     m.add_argument("--out", required=True, help="folder for <split>.jsonl")
     m.add_argument("--layers", type=int, default=4)
     m.add_argument("--full-size", action="store_true", help="the configs as published (a GPU host)")
