@@ -101,13 +101,13 @@ class TraceSettings:
     sdpa_kernels: str
     """The backend's fused attention kernels (and, ``metal``, mlx-lm's Metal-only kernels: ``kernels.py``)."""
     bytes_per_flop: float
-    """A matmul's arithmetic as bytes moved (``Trace.op``): ``device_bytes_per_s / matmul_flops_per_s``."""
+    """A matmul's arithmetic as bytes moved (``Trace.op``): the profile's ``device_bytes_per_s / matmul_flops_per_s``."""
     cpu: bool
     """Ops follow the CPU backend's implementations (``Trace.cpu``)."""
 
 
 def trace_settings(profile: BackendProfile) -> TraceSettings:
-    return TraceSettings(profile.sdpa_kernels, profile.device_bytes_per_s / matmul_flops_per_s(profile),
+    return TraceSettings(profile.sdpa_kernels, profile.device_bytes_per_s / profile.matmul_flops_per_s,
                          not profile.is_gpu)
 
 
@@ -335,11 +335,6 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     return GenerationTrace(settings, built.weights_bytes, tuple(events), sum(a.nbytes for a in cache_arrays(cache)))
 
 
-MATMUL_FLOPS_PER_S = {"mlx-cpu": 3.0e9, "mlx-cuda": 400e12, "mlx-metal": 20e12}
-"""Matmul arithmetic rate per backend: the CPU's measured on this project's 2-core CI host (bf16, 2.6-4.1
-GFLOP/s over 256-8192-row products with MLX 0.32.4); the GPUs' are nominal dense half-precision rates."""
-
-
 def generation_profile(profile: BackendProfile) -> BackendProfile:
     """``profile`` with its fitted in-flight task count of whole-model graphs (``model_max_active_tasks``),
     where it sets one: ``kvsim/data/profiles/<backend>.json``, fitted on the train split of
@@ -348,8 +343,6 @@ def generation_profile(profile: BackendProfile) -> BackendProfile:
     return replace(profile, max_active_tasks=tasks) if tasks > 0 else profile
 
 
-def matmul_flops_per_s(profile: BackendProfile) -> float:
-    return MATMUL_FLOPS_PER_S.get(profile.name, 1e12)
 
 
 def _chunks(w: Workload) -> list[int]:

@@ -54,6 +54,9 @@ class BackendProfile:
     ``model_max_active_tasks`` replaces ``max_active_tasks`` while a model's step is played (0: no
     replacement). Real runs free a model's activations sooner than the KV workload's fit predicts: the host
     runs fewer tasks (CPU) or command buffers (GPU) ahead of the device (``kvsim.generation.schedule``).
+    ``matmul_flops_per_s`` times a traced matmul's arithmetic (``kvsim.generation.trace``): the CPU's measured
+    on this project's 2-core CI host (bf16, 2.6-4.1 GFLOP/s over 256-8192-row products with MLX 0.32.4), the
+    GPUs' nominal dense half-precision rates (H200 400 TFLOP/s, an M-series Max/Ultra 20 TFLOP/s).
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -106,6 +109,7 @@ class BackendProfile:
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight, fitted; 0: max_active_tasks
+    matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
@@ -179,10 +183,12 @@ FITTED_FIELDS: tuple[str, ...] = (
 DEFAULTS: dict[str, BackendProfile] = {
     "mlx-cpu": BackendProfile(
         name="mlx-cpu",
+        matmul_flops_per_s=3.0e9,
         notes="no_gpu allocator: no rounding, 32 MiB cache, recycle if cache + size <= limit",
     ),
     "mlx-cuda": BackendProfile(
         name="mlx-cuda",
+        matmul_flops_per_s=400e12,
         rounding="cuda",
         page_bytes=16384,
         reuse_window_bytes=32768,
@@ -203,6 +209,7 @@ DEFAULTS: dict[str, BackendProfile] = {
     ),
     "mlx-metal": BackendProfile(
         name="mlx-metal",
+        matmul_flops_per_s=20e12,
         status="unverified",
         rounding="metal",
         page_bytes=16384,
