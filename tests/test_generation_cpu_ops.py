@@ -199,10 +199,15 @@ def test_a_view_does_not_hold_its_input(name: str):
 def test_cpu_dispatches_follow_eval_cpu():
     """Each traced node counts the dispatches MLX's CPU ``eval_cpu`` makes before its holder: ``addmm`` copies
     ``c`` then runs the GEMM (2), ``mean`` is ``multiply(sum(a), 1/n)`` (sum, its holder, multiply: 3),
-    ``concatenate`` copies each input (3 inputs: 3), an add one; on a GPU profile every node counts one."""
+    ``concatenate`` copies each input (3 inputs: 3), an add one; on a GPU profile every node counts one. A
+    matmul operand it cannot read in place is copied inside the matmul's own ``eval_cpu`` (``matmul_general``),
+    under the matmul's holder: its node adds no dispatch of its own on the CPU."""
     a, b, c = mx.zeros((4, 8)), mx.zeros((4, 8)), mx.zeros((4, 4))
     mx.eval(a, b, c)
     for cpu, want in ((True, [2, 3, 3, 1]), (False, [1, 1, 1, 1])):
         with tr.tracing("fallback", cpu=cpu) as t:
             outs = [mx.addmm(c, a, b.T), mx.mean(a, axis=-1), mx.concatenate([a, b, a]), a + b]
             assert [t.graph.arrays[t.node(o)].kernels for o in outs] == want
+            product = t.node(mx.matmul(a[:, ::2], mx.zeros((4, 3))))
+            copies = [t.graph.arrays[i] for i in t.graph.arrays[product].inputs if t.graph.arrays[i].prim == "Copy"]
+            assert [c.kernels for c in copies] == [0 if cpu else 1]

@@ -309,7 +309,8 @@ def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
     for k in (0, 1):
         if matmul_operand_copied(shapes[k], layouts[k]):
             held.append(nodes[k])
-            nodes[k] = g.op("Copy", [nodes[k]], math.prod(shapes[k]) * out.dtype.size)
+            # one dispatch on the CPU: the copy is the matmul's own (matmul_general), under the matmul's holder
+            nodes[k] = g.op("Copy", [nodes[k]], math.prod(shapes[k]) * out.dtype.size, kernels=0 if t.cpu else 1)
     flops = 2 * out.size * a.shape[-1]
     n = t.op("Matmul", nodes + held, out, flops=flops)
     if flat:  # unflatten: a view of the GEMM's rows
