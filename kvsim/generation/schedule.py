@@ -343,8 +343,6 @@ def generation_profile(profile: BackendProfile) -> BackendProfile:
     return replace(profile, max_active_tasks=tasks) if tasks > 0 else profile
 
 
-
-
 def _chunks(w: Workload) -> list[int]:
     """Prefill chunk sizes: ``min(prefill_step_size, remaining)`` while more than one token remains."""
     out, left = [], w.prompt_tokens

@@ -114,10 +114,10 @@ class _EvalRun:
                 self.idle = env.event()  # for the worker to catch up (BackendProfile.host_stall_op)
                 yield self.idle
             yield env.timeout(node_s + arr.kernels * kernel_s)  # frees due by now have landed (URGENT)
-            donated, fresh = self.place(a)
+            _, fresh = self.place(a)
             if fresh and malloc_rate and alloc.fresh_bytes:  # a system allocation costs host time
                 yield env.timeout(alloc.fresh_bytes / malloc_rate)
-            held = self.hold(a, donated)
+            held = self.hold(a)
             self.submit(a, held)
             if len(throttle.users) + len(throttle.queue) > p.max_active_tasks:
                 if p.is_gpu:
@@ -156,7 +156,7 @@ class _EvalRun:
         buf_of[a] = new(arr.nbytes, now, arr.label, 1)
         return None, True
 
-    def hold(self, a: int, donated: int | None) -> list[int]:
+    def hold(self, a: int) -> list[int]:
         """Input buffers the op's work keeps alive until it completes."""
         held: list[int] = []
         table = self.buffers.table
