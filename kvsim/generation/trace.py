@@ -13,6 +13,7 @@ function's cache would otherwise keep traces made on stand-ins) and restored aft
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import re
@@ -513,12 +514,21 @@ def _shapeless(module: Any, name: str) -> bool:
     """Whether ``module.name`` was compiled ``shapeless=True``, read from its decorator (MLX keeps the flag
     inside the compiled object): shapeless tracing broadcasts every operand of a binary op, which deepens
     the graph ``compile_fuse`` walks (``x ** 3`` in ``gelu_approx`` falls past depth 11 into its own kernel)."""
+    return _decorated_shapeless(module).get(name, False)
+
+
+@functools.cache
+def _decorated_shapeless(module: Any) -> dict[str, bool]:
+    """Each decorated function of ``module``'s source (its first definition): whether a decorator says
+    ``shapeless=True``. Read once per module, not at every ``tracing`` (88 compiled functions: 9 ms)."""
     try:
         source = inspect.getsource(module)
     except (OSError, TypeError):
-        return False
-    found = re.search(rf"((?:^@.*\n)+)def {re.escape(name)}\(", source, re.MULTILINE)
-    return bool(found and "shapeless=True" in found.group(1))
+        return {}
+    found: dict[str, bool] = {}
+    for m in re.finditer(r"((?:^@.*\n)+)def (\w+)\(", source, re.MULTILINE):
+        found.setdefault(m.group(2), "shapeless=True" in m.group(1))
+    return found
 
 
 def _gpu_sdpa(t: Trace, recorded: Callable) -> Callable:
