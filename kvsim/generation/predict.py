@@ -78,17 +78,22 @@ class Prediction:
         }
 
 
+def policy_cache(built: BuiltModel, policy: dict[str, Any] | None) -> list[Any] | None:
+    """A fresh prompt cache of ``policy``'s drop-in caches for ``built`` (``None``: mlx-lm's own, which
+    ``schedule.record`` makes)."""
+    if policy is None:
+        return None
+    from policies.mlx import make_prompt_cache
+
+    return make_prompt_cache(built.model, policy=policy)
+
+
 def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
             policy: dict[str, Any] | None = None) -> Prediction:
     """Play the generation of ``workload`` on ``built`` through ``backend``'s profile: traced once, played
     under the fitted timing and, on a GPU profile, under the range's three others."""
-    cache = None
-    if policy is not None:
-        from policies.mlx import make_prompt_cache
-
-        cache = make_prompt_cache(built.model, policy=policy)
     profile = load_profile(backend)
-    recorded = record(built, workload, profile, cache)
+    recorded = record(built, workload, profile, policy_cache(built, policy))
     pb = replay(recorded, profile)
     evals = pb.evals
     top = max(evals, key=lambda e: e.peak_bytes)

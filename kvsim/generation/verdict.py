@@ -20,7 +20,7 @@ from typing import Any
 from kvsim.generation.config import ModelConfig
 from kvsim.generation.devices import Device
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.predict import Prediction
+from kvsim.generation.predict import Prediction, policy_cache
 from kvsim.generation.schedule import GenerationTrace, Workload, record, replay
 from kvsim.sim.peak_range import point_estimate
 from kvsim.sim.profile import load_profile
@@ -176,12 +176,7 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
         if max_plays is not None and len(peaks) >= max_plays:
             return None
         if recorded is None:  # as predict does: traced once (a fresh cache of the policy), each timing replayed
-            cache = None
-            if policy is not None:
-                from policies.mlx import make_prompt_cache
-
-                cache = make_prompt_cache(built.model, policy=policy)
-            recorded = record(built, w, profile, cache)
+            recorded = record(built, w, profile, policy_cache(built, policy))
         evals = replay(recorded, timing).evals
         peaks.append(max(e.peak_bytes for e in evals))
         floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
