@@ -1,0 +1,182 @@
+"""Device time of the kernels a prefill chunk spends its time in, on the device (docs/generation.md).
+
+Run on the H200 after ``device_stage.sh`` and ``device_unpack.sh`` (repo root). Each case is evaluated alone
+(``mx.eval`` then ``mx.synchronize()``), 3 warm-up runs then 10 timed; the median time gives the rate:
+floating-point operations per second for matmuls and attention (a causal call counts the key rows each query
+row sees), bytes per second for an elementwise add. Shapes are those of the stored CUDA runs at 1,024- and
+2,048-token chunks: Llama-3.1-8B's MLP, its attention at 2K-32K keys, Qwen3-30B-A3B's 4-bit experts,
+DeepSeek-V2-Lite's bf16 experts, gpt-oss-20b's mxfp4 experts and its attention with sinks.
+Writes ``$OUT/kernel_rates.json``: MLX's version and one row per case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+
+WARM, TIMED = int(os.environ.get("WARM", 3)), int(os.environ.get("TIMED", 10))
+
+
+def seconds(fn: Callable[[], mx.array]) -> tuple[float, float]:
+    """Median wall time of ``fn``'s evaluation, the device synchronised around each run, and the time of the
+    first (warm-up) run, which pays for what the process has not done before (kernel builds, graph setups)."""
+    times = []
+    for _ in range(WARM + TIMED):
+        start = time.perf_counter()
+        mx.eval(fn())
+        mx.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[WARM:]), times[0]
+
+
+def matmul_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """Dense bf16 and 4-bit affine matmuls of Llama-3.1-8B's gate projection."""
+    x = mx.random.normal((tokens, 4096)).astype(mx.bfloat16)
+    w = mx.random.normal((14336, 4096)).astype(mx.bfloat16)
+    wq, scales, biases = mx.quantize(w, group_size=64, bits=4)
+    mx.eval(x, w, wq, scales, biases)
+    flops = 2.0 * tokens * 4096 * 14336
+    return [
+        (f"matmul bf16 {tokens}x4096x14336", lambda: x @ w.T, flops),
+        (f"quantized_matmul 4-bit {tokens}x4096x14336",
+         lambda: mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=4), flops),
+    ]
+
+
+def attention_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """cuDNN attention, causal, Llama's heads (32 query, 8 key-value, 128 wide) and gpt-oss's with sinks."""
+    out = []
+    for heads, kv_heads, dim, sinks in ((32, 8, 128, False), (64, 8, 64, True)):
+        q = mx.random.normal((1, heads, tokens, dim)).astype(mx.bfloat16)
+        sink = mx.zeros((heads,), mx.bfloat16) if sinks else None
+        for keys in (tokens, 4 * tokens, 16 * tokens):
+            k = mx.random.normal((1, kv_heads, keys, dim)).astype(mx.bfloat16)
+            v = mx.random.normal((1, kv_heads, keys, dim)).astype(mx.bfloat16)
+            mx.eval(q, k, v)
+            pairs = tokens * keys - tokens * (tokens - 1) // 2
+            extra = {"sinks": sink} if sinks else {}
+
+            def call(q=q, k=k, v=v, extra=extra, dim=dim) -> mx.array:
+                return mx.fast.scaled_dot_product_attention(q, k, v, scale=dim**-0.5, mask="causal", **extra)
+
+            label = "sdpa sinks" if sinks else "sdpa"
+            out.append((f"{label} h{heads}/{kv_heads} d{dim} q{tokens} k{keys}", call, 4.0 * heads * pairs * dim))
+    return out
+
+
+def expert_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """One expert projection of three MoE models, tokens sorted by expert as ``SwitchGLU`` sorts them."""
+    out = []
+    for label, experts, top_k, hidden, inter, quant in (
+            ("gather_qmm 4-bit qwen3-30b-a3b", 128, 8, 2048, 768, {"group_size": 64, "bits": 4}),
+            ("gather_mm bf16 deepseek-v2-lite", 64, 6, 2048, 1408, None),
+            ("gather_qmm mxfp4 gpt-oss-20b", 32, 4, 2880, 2880, {"group_size": 32, "bits": 4, "mode": "mxfp4"})):
+        rows = tokens * top_k
+        idx = mx.sort(mx.random.randint(0, experts, (rows,))).astype(mx.uint32)
+        x = mx.random.normal((rows, 1, hidden)).astype(mx.bfloat16)
+        w = mx.random.normal((experts, inter, hidden)).astype(mx.bfloat16) * 0.02
+        flops = 2.0 * rows * hidden * inter
+        if quant is None:
+            mx.eval(idx, x, w)
+            wt = w.swapaxes(-1, -2)
+            out.append((f"{label} {tokens}", lambda x=x, wt=wt, idx=idx: mx.gather_mm(
+                x, wt, rhs_indices=idx, sorted_indices=True), flops))
+            continue
+        parts = mx.quantize(w, **quant)
+        mx.eval(idx, x, *parts)
+        wq, scales, biases = parts if len(parts) == 3 else (parts[0], parts[1], None)
+        out.append((f"{label} {tokens}", lambda x=x, wq=wq, s=scales, b=biases, idx=idx, q=quant: mx.gather_qmm(
+            x, wq, s, b, rhs_indices=idx, transpose=True, sorted_indices=True, **q), flops))
+    return out
+
+
+def bandwidth_case() -> tuple[str, Callable[[], mx.array], float]:
+    a = mx.random.normal((256 << 20,)).astype(mx.bfloat16)
+    b = mx.random.normal((256 << 20,)).astype(mx.bfloat16)
+    mx.eval(a, b)
+    return "add bf16 256M elements", lambda: a + b, 3.0 * a.nbytes
+
+
+def host_cases(ops: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """The host's time per op: a chain of ``ops`` adds on 1,024 elements, whose kernels take the device next to
+    no time, so the chain's time is the host's (the rate reads as ops per second)."""
+    x = mx.zeros((1024,), mx.bfloat16)
+    mx.eval(x)
+
+    def chain(n: int) -> mx.array:
+        y = x
+        for _ in range(n):
+            y = y + 1
+        return y
+
+    def call(n: int = ops) -> mx.array:
+        return chain(n)
+
+    def build_only(n: int = ops) -> mx.array:  # the graph built, not evaluated: Python's share
+        chain(n)
+        return x
+
+    return [(f"host chain of {ops} adds", call, float(ops)), (f"host build only, {ops} adds", build_only, float(ops))]
+
+
+def forward_cases(tokens: int, name: str = "llama-3.1-8b-instruct",
+                  layers: int = 8) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """A prefill chunk through ``name``'s first ``layers`` layers at full width, its caches' state evaluated as
+    mlx-lm's prefill does. ``chunk.encode_s`` keeps the host's share of each run: ``mx.async_eval`` returns once
+    every op is encoded, and with fewer than MLX's 10 command buffers in flight it never waits on the device.
+    The rate reads as chunks per second."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from kvsim.generation.config import ModelConfig, load_model_config
+    from kvsim.generation.model import build_model
+
+    config = dict(load_model_config(name).config, num_hidden_layers=layers)
+    model = build_model(ModelConfig(config, name), stand_in=False).model
+    mx.eval(model.parameters())
+    ids = mx.random.randint(0, 256, (1, tokens)).astype(mx.uint32)
+
+    def chunk() -> mx.array:
+        cache = make_prompt_cache(model)
+        model(ids, cache=cache)
+        state = [a for c in cache for a in c.state]
+        start = time.perf_counter()
+        mx.async_eval(state)
+        chunk.encode_s.append(time.perf_counter() - start)
+        return state[-1]
+
+    chunk.encode_s = []
+    return [(f"forward {name} x{layers} layers, {tokens} tokens", chunk, 1.0)]
+
+
+def main() -> None:
+    groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
+              "experts": expert_cases, "host": host_cases, "forward": forward_cases,
+              "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
+    plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
+                                   "attention:2048,experts:2048")
+    out = Path(os.environ.get("OUT", "."), "kernel_rates.json")
+    rows = []
+    for group, tokens in (g.split(":") for g in plan.split(",")):
+        for label, fn, work in groups[group](int(tokens)):
+            print(f"{label:48s}", end="", flush=True)
+            s, first_s = seconds(fn)
+            rows.append({"case": label, "seconds": s, "first_seconds": first_s, "work": work, "rate_per_s": work / s})
+            encode = getattr(fn, "encode_s", None)
+            if encode:
+                rows[-1]["host_encode_seconds"] = statistics.median(encode[-TIMED:])
+                rows[-1]["host_encode_seconds_each"] = list(encode)  # the warm-up runs first: the first is cold
+            each = " ".join(f"{x * 1e3:.2f}" for x in encode or ())
+            print(f" {s * 1e3:9.3f} ms (first {first_s * 1e3:.3f}) {work / s / 1e12:9.2f} T/s", *([f"host encode ms: {each}"] if encode else []),
+                  flush=True)
+            result = {"mlx": mx.__version__, "device": str(mx.default_device()), "rows": rows}
+            out.write_text(json.dumps(result, indent=1), encoding="utf-8")  # each case as it lands
+
+
+if __name__ == "__main__":
+    main()
