@@ -48,3 +48,17 @@ def test_a_trace_replays_only_under_its_own_trace_settings() -> None:
     for backend in ("mlx-metal", "mlx-cpu"):
         with pytest.raises(ValueError, match="trace settings"):
             replay(recorded, load_profile(backend))
+
+
+def test_only_the_first_eval_of_a_process_plays_a_cold_host() -> None:
+    """``model_first_eval_host_node_s``: the process's first eval (the first prefill chunk) plays a slower host,
+    so the device keeps up with it and frees sooner; every later eval plays as with a warm host throughout."""
+    from dataclasses import replace
+
+    built = build_model(ModelConfig(scale_config(load_model_config("qwen3-0.6b").config, 8, **SMALL), "qwen3-0.6b"))
+    warm = replace(load_profile("mlx-cuda"), model_first_eval_host_node_s=0.0)
+    cold = replace(warm, model_first_eval_host_node_s=200e-6)
+    recorded = record(built, Workload(2048, 4, prefill_step_size=1024), warm)  # two chunks, then decode
+    warm_evals, cold_evals = replay(recorded, warm).evals, replay(recorded, cold).evals
+    assert cold_evals[0].peak_bytes < warm_evals[0].peak_bytes
+    assert [e.peak_bytes for e in cold_evals[1:]] == [e.peak_bytes for e in warm_evals[1:]]

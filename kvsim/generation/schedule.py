@@ -104,11 +104,25 @@ class TraceSettings:
     """A matmul's arithmetic as bytes moved (``Trace.op``): the profile's ``device_bytes_per_s / matmul_flops_per_s``."""
     cpu: bool
     """Ops follow the CPU backend's implementations (``Trace.cpu``)."""
+    kernel_bytes_per_flop: tuple[tuple[str, float], ...] = ()
+    """Traced primitives whose arithmetic the profile times at its own rate, and their bytes per flop."""
+
+
+KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic rate (0: matmul_flops_per_s)
+    "quantized_matmul": "quantized_matmul_flops_per_s",
+    "gather_mm": "gather_matmul_flops_per_s",
+    "gather_qmm": "gather_qmm_flops_per_s",
+    "ScaledDotProductAttention": "attention_flops_per_s",
+}
 
 
 def trace_settings(profile: BackendProfile) -> TraceSettings:
-    return TraceSettings(profile.sdpa_kernels, profile.device_bytes_per_s / profile.matmul_flops_per_s,
-                         not profile.is_gpu)
+    """What a trace under ``profile`` takes from it, its whole-model rates (``generation_profile``) applied."""
+    p = generation_profile(profile)
+    bytes_per_s = p.device_bytes_per_s
+    kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
+                    if getattr(p, field) > 0)
+    return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,12 @@ class Player:
         else:
             self.play(e)
 
+    def _eval_profile(self) -> BackendProfile:
+        """The profile of the next eval: the process's first eval spends the profile's cold host time per
+        node (``BackendProfile.model_first_eval_host_node_s``); every later one the profile as it is."""
+        cold_s = self.profile.model_first_eval_host_node_s
+        return replace(self.profile, host_node_s=cold_s) if cold_s > 0 and not self.evals else self.profile
+
     def play(self, rec: RecordedEval) -> None:
         """One eval on a fresh allocator holding the buffers alive at its start and the carried cache."""
         ev = rec.graph
@@ -196,7 +216,7 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
+        run_eval(ev.graph, leaves, buffers, self._eval_profile(), EvalState())
         self.carry.played(alloc, rec.phase, [n for b, n in state_lengths.items() if b not in buffers.table])
         self.evals.append(EvalPeak(rec.phase, rec.offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
                                    kv_before, rec.kv_after_bytes, alloc.cache_bytes,
@@ -286,7 +306,8 @@ def _replayable(recorded: TraceSettings, settings: TraceSettings, profile: Backe
     """Whether a trace recorded with ``recorded`` plays as one made with ``settings`` would: the same, or a
     device that takes no time (the floor), where a matmul's arithmetic bytes move nothing."""
     if math.isinf(profile.device_bytes_per_s):
-        return replace(recorded, bytes_per_flop=0.0) == replace(settings, bytes_per_flop=0.0)
+        return (replace(recorded, bytes_per_flop=0.0, kernel_bytes_per_flop=())
+                == replace(settings, bytes_per_flop=0.0, kernel_bytes_per_flop=()))
     return recorded == settings
 
 
@@ -310,7 +331,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     mx.eval(prompt)
     chunks = _chunks(w)
     events: list[Event] = []
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, cpu=settings.cpu) as t, \
+    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, dict(settings.kernel_bytes_per_flop)) as t, \
             metal_kernels(t, profile):
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval
@@ -336,11 +357,12 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
 
 
 def generation_profile(profile: BackendProfile) -> BackendProfile:
-    """``profile`` with its fitted in-flight task count of whole-model graphs (``model_max_active_tasks``),
-    where it sets one: ``kvsim/data/profiles/<backend>.json``, fitted on the train split of
-    ``data/generation/<backend>-<mlx version>`` (``docs/generation.md``)."""
-    tasks = profile.model_max_active_tasks
-    return replace(profile, max_active_tasks=tasks) if tasks > 0 else profile
+    """``profile`` as it plays whole-model graphs: its fitted in-flight task count (``model_max_active_tasks``)
+    and the device's bandwidth for a model's activations (``model_device_bytes_per_s``), where it sets them:
+    ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
+    tasks, bytes_per_s = profile.model_max_active_tasks, profile.model_device_bytes_per_s
+    return replace(profile, max_active_tasks=tasks if tasks > 0 else profile.max_active_tasks,
+                   device_bytes_per_s=bytes_per_s if bytes_per_s > 0 else profile.device_bytes_per_s)
 
 
 def _chunks(w: Workload) -> list[int]:

@@ -96,6 +96,9 @@ class Trace:
     evaluated: set[int] = field(default_factory=set)  # nodes an earlier eval computed
     known_leaves: set[int] = field(default_factory=set)  # id() of arrays that are leaves (parameters)
     shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # node -> (shape, dtype) of its array
+    kernel_bytes_per_flop: dict[str, float] = field(default_factory=dict)
+    """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
+    fused attention's arithmetic is timed only where it is listed."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     on_eval: Callable[[list[Any]], None] | None = None  # called by mx.eval / mx.async_eval
     depth: int = 0
@@ -162,8 +165,9 @@ class Trace:
     def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0,
            strides: Strides | None = None) -> int:
         moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
-        if flops and math.isfinite(self.bytes_per_flop):
-            moved += int(flops * self.bytes_per_flop)
+        per_flop = self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop)
+        if flops and math.isfinite(per_flop):
+            moved += int(flops * per_flop)
         kernels = (len(inputs) if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)) if self.cpu else 1
         n = self.graph.op(prim, inputs, out.nbytes, kernels=kernels, work_bytes=moved, donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
@@ -326,7 +330,8 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     lk = k.shape[2]
     isz = q.dtype.size
     if fused_attention(t.sdpa_kernels, lq, lk, d, isz):
-        t.op("ScaledDotProductAttention", ins, out)
+        t.op("ScaledDotProductAttention", ins, out, flops=_attention_flops(q.shape, lk, args, kwargs)
+             if "ScaledDotProductAttention" in t.kernel_bytes_per_flop else 0)
         return
     g = t.graph
     qn, kn, vn = ins[:3]
@@ -345,6 +350,16 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         scores = g.op(prim, [mask_node, scores, g.view("Broadcast", g.scalar(isz))], scores_bytes, donors=(1,))
     probs = g.op("Softmax", [scores], scores_bytes, donors=(0,))
     t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
+
+
+def _attention_flops(q_shape: tuple[int, ...], k_rows: int, args: tuple, kwargs: dict) -> int:
+    """A fused attention's arithmetic: ``q @ k.T`` and ``p @ v`` over the (query, key) pairs it computes; a
+    causal call skips the pairs above the diagonal (cuDNN's causal mask, aligned lower right), an array mask
+    skips none."""
+    b, heads, q_rows, dim = q_shape
+    mask = kwargs.get("mask", args[5] if len(args) > 5 else None)
+    pairs = q_rows * k_rows - (q_rows * (q_rows - 1) // 2 if isinstance(mask, str) and mask == "causal" else 0)
+    return 4 * b * heads * pairs * dim
 
 
 def _conv1d_cpu(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) -> bool:
@@ -554,10 +569,11 @@ def _cpu_dequantize(recorded: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False) -> Iterator[Trace]:
+def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
+            kernel_bytes_per_flop: dict[str, float] | None = None) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
     CPU backend's implementations where they allocate temporaries (convolutions)."""
-    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu)
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop or {}))
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, attr: str, new: Any) -> None:

@@ -57,6 +57,13 @@ class BackendProfile:
     ``matmul_flops_per_s`` times a traced matmul's arithmetic (``kvsim.generation.trace``): the CPU's measured
     on this project's 2-core CI host (bf16, 2.6-4.1 GFLOP/s over 256-8192-row products with MLX 0.32.4), the
     GPUs' nominal dense half-precision rates (H200 400 TFLOP/s, an M-series Max/Ultra 20 TFLOP/s).
+    A GPU profile may time the other arithmetic kernels of a model apart (``quantized_matmul_flops_per_s``,
+    ``gather_matmul_flops_per_s``, ``gather_qmm_flops_per_s``, ``attention_flops_per_s``) and stream its
+    activations at ``model_device_bytes_per_s`` rather than the KV workload's fitted ``device_bytes_per_s``
+    (whose ops are small): the H200's are measured by ``docs/tools/device/kernel_rates.py``
+    (``docs/generation.md``, "CUDA: measured kernel rates"). A process's first eval of a model builds what
+    later ones reuse (CUDA: kernels loaded or compiled, CUDA graphs instantiated, cuDNN plans built), so its host
+    spends ``model_first_eval_host_node_s`` per node (measured; 0: as any other eval).
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -110,6 +117,12 @@ class BackendProfile:
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight, fitted; 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
+    quantized_matmul_flops_per_s: float = 0.0  # whole-model graphs: a quantized matmul's rate; 0: matmul_flops_per_s
+    gather_matmul_flops_per_s: float = 0.0  # whole-model graphs: an expert matmul's rate (gather_mm); 0: matmul_flops_per_s
+    gather_qmm_flops_per_s: float = 0.0  # whole-model graphs: a quantized expert matmul's rate; 0: matmul_flops_per_s
+    attention_flops_per_s: float = 0.0  # whole-model graphs: a fused attention kernel's rate; 0: its bytes alone time it
+    model_device_bytes_per_s: float = 0.0  # whole-model graphs: the device's bytes per second; 0: device_bytes_per_s
+    model_first_eval_host_node_s: float = 0.0  # whole-model graphs: host seconds per node of a process's first eval; 0: host_node_s
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
@@ -147,8 +160,8 @@ class BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
         time and handlers no lag, so each buffer completes and frees its inputs when it is committed.
         Matmul workspaces (a measured lookup, not derived) are left out, so its peak is a floor."""
-        return replace(self, device_bytes_per_s=math.inf, device_dispatch_s=0.0, completion_lag_s=0.0,
-                       matmul_workspace="")
+        return replace(self, device_bytes_per_s=math.inf, model_device_bytes_per_s=math.inf, device_dispatch_s=0.0,
+                       completion_lag_s=0.0, matmul_workspace="")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
