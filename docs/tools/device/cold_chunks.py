@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -22,6 +23,7 @@ CALLS = 4
 
 
 def chunk_calls(name: str, tokens_list: tuple[int, ...]) -> list[dict]:
+    """``CALLS`` prefill steps of each chunk length on fresh caches, in this process."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from kvsim.generation.config import load_model_config
@@ -32,33 +34,38 @@ def chunk_calls(name: str, tokens_list: tuple[int, ...]) -> list[dict]:
     mx.eval(model.parameters())
     mx.synchronize()
     mx.clear_cache()
+    # STREAM=new: the calls run on a stream of their own, as generate_step's do (mlx-lm's generation_stream)
+    stream = mx.new_stream(mx.default_device()) if os.environ.get("STREAM") == "new" else mx.default_stream(mx.default_device())
     rows = []
     for tokens in tokens_list:
         ids = mx.random.randint(0, 256, (1, tokens)).astype(mx.uint32)
         mx.eval(ids)
         for call in range(1, CALLS + 1):
-            cache = make_prompt_cache(model)
-            mx.synchronize()
-            held = mx.get_active_memory()
-            mx.reset_peak_memory()
-            start = time.perf_counter()
-            model(ids, cache=cache)
-            state = [a for c in cache for a in c.state]
-            built = time.perf_counter()
-            mx.async_eval(state)
-            encoded = time.perf_counter()
-            mx.synchronize()
-            done = time.perf_counter()
-            rows.append({"model": name, "tokens": tokens, "call": call, "held_bytes": held,
-                         "peak_above_bytes": mx.get_peak_memory() - held, "build_s": built - start,
-                         "encode_s": encoded - built, "wall_s": done - start})
-            r = rows[-1]
-            print(f"{name} {tokens} call {call}: peak +{r['peak_above_bytes'] / 1e9:.3f} GB, build "
-                  f"{r['build_s'] * 1e3:.1f} ms, encode {r['encode_s'] * 1e3:.1f} ms, wall {r['wall_s'] * 1e3:.1f} ms",
-                  flush=True)
-            del cache, state
+            with mx.stream(stream):
+                rows.append(one_call(model, ids, make_prompt_cache(model), name, tokens, call))
             mx.clear_cache()
     return rows
+
+
+def one_call(model: Any, ids: mx.array, cache: list, name: str, tokens: int, call: int) -> dict:
+    """One prefill step on ``cache``, synchronised around: its peak above what was held, and its times."""
+    mx.synchronize()
+    held = mx.get_active_memory()
+    mx.reset_peak_memory()
+    start = time.perf_counter()
+    model(ids, cache=cache)
+    state = [a for c in cache for a in c.state]
+    built = time.perf_counter()
+    mx.async_eval(state)
+    encoded = time.perf_counter()
+    mx.synchronize()
+    done = time.perf_counter()
+    r = {"model": name, "tokens": tokens, "call": call, "held_bytes": held,
+         "peak_above_bytes": mx.get_peak_memory() - held, "build_s": built - start,
+         "encode_s": encoded - built, "wall_s": done - start}
+    print(f"{name} {tokens} call {call}: peak +{r['peak_above_bytes'] / 1e9:.3f} GB, build {r['build_s'] * 1e3:.1f} ms, "
+          f"encode {r['encode_s'] * 1e3:.1f} ms, wall {r['wall_s'] * 1e3:.1f} ms", flush=True)
+    return r
 
 
 def main() -> None:
