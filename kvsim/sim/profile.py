@@ -63,7 +63,7 @@ class BackendProfile:
     (whose ops are small): the H200's are measured by ``docs/tools/device/kernel_rates.py``
     (``docs/generation.md``, "CUDA: measured kernel rates"). A process's first eval of a model builds what
     later ones reuse (CUDA: kernels loaded or compiled, CUDA graphs instantiated, cuDNN plans built), so its host
-    spends ``model_first_eval_host_node_s`` per node (measured; 0: as any other eval).
+    spends ``model_first_eval_host_node_s`` per node (fitted on the train runs; 0: as any other eval).
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
