@@ -122,3 +122,18 @@ def test_floor_margin_moves_the_gpu_range_up() -> None:
     assert clamped.low_bytes == math.ceil(floor * 0.98) and clamped.high_bytes > free.high_bytes
     assert clamped.peak_bytes == free.peak_bytes  # the point does not move
     assert math.isclose(clamped.high_bytes / clamped.low_bytes, free.high_bytes / free.low_bytes, rel_tol=1e-6)
+
+
+def test_a_first_eval_range_reaches_down_to_its_floor() -> None:
+    """``reach_floor``: the low end moves down to 0.98 of the first eval's floor, the width stays within
+    ``range_max_width`` and the point stays inside; a floor the range already reaches, or one too far below
+    the point for one range to hold both, leaves the range as it is."""
+    from kvsim.sim.peak_range import reach_floor
+
+    p = load_profile("mlx-cuda")
+    margin, width = p.range_floor_margin, p.range_max_width
+    low, high = reach_floor(p, 11.57, 15.50, 13.40, 11.43)
+    assert low == pytest.approx(11.43 * (1 - margin)) and high == pytest.approx(low * width)
+    assert low <= 13.40 <= high
+    assert reach_floor(p, 11.00, 14.74, 13.40, 11.43) == (11.00, 14.74)  # reached already
+    assert reach_floor(p, 11.57, 15.50, 13.40, 9.00) == (11.57, 15.50)  # 9.0 x 0.98 x 1.34 < 13.40

@@ -8,7 +8,7 @@ from typing import Any
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.schedule import EvalPeak, Workload, record, replay
-from kvsim.sim.peak_range import point_estimate, profile_range
+from kvsim.sim.peak_range import point_estimate, profile_range, reach_floor
 from kvsim.sim.profile import load_profile
 
 
@@ -99,10 +99,13 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
     top = max(evals, key=lambda e: e.peak_bytes)
     peak, low, high = top.peak_bytes, None, None
     if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
-        ends = [max(e.peak_bytes for e in replay(recorded, p).evals) for p in
-                (profile.variant("low"), profile.variant("high"), profile.floor_variant())]
+        plays = [replay(recorded, p).evals for p in (profile.variant("low"), profile.variant("high"),
+                                                     profile.floor_variant())]
+        ends = [max(e.peak_bytes for e in evals) for evals in plays]
         low, high = (int(x) for x in profile_range(profile, peak, ends[0], ends[1], ends[2]))
         peak = int(point_estimate(peak, ends[0], ends[1], profile.peak_point_weight))
+        if top is evals[0] and profile.model_first_eval_host_node_s > 0:  # the process's first eval peaks
+            low, high = (int(x) for x in reach_floor(profile, low, high, peak, plays[2][0].peak_bytes))
     footprint = max(peak, built.weights_bytes + pb.carry.repeat_footprint_bytes,  # (a GPU point may exceed
                     *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,

@@ -77,6 +77,17 @@ def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, f
     return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
 
 
+def reach_floor(profile: BackendProfile, low: float, high: float, point: float, floor: float) -> tuple[float, float]:
+    """The range of a generation that peaks in its process's first eval: its low end reaches down to that
+    eval's floor (``1 - range_floor_margin`` of it), where a host still building kernels and CUDA graphs lets
+    the device free every command buffer as it is committed; the high end is cut to keep the width at most
+    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: measured kernel rates")."""
+    reach = floor * (1 - profile.range_floor_margin)
+    if reach >= low or point > reach * profile.range_max_width:
+        return low, high
+    return reach, max(min(high, reach * profile.range_max_width), point)
+
+
 def peak_of(engine: Engine) -> int:
     return peak_run(engine.timeline).peak_bytes
 
