@@ -63,7 +63,7 @@ def test_each_kernel_is_timed_at_its_own_rate() -> None:
     w = mx.zeros((256, 128), mx.bfloat16)
     q = mx.zeros((1, 4, 64, 32), mx.bfloat16)
     k = mx.zeros((1, 4, 96, 32), mx.bfloat16)
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, per_flop) as t:
+    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t:
         y = x @ w.T
         o = mx.fast.scaled_dot_product_attention(q, k, k, scale=0.1, mask="causal")
     g = t.graph

@@ -331,7 +331,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     mx.eval(prompt)
     chunks = _chunks(w)
     events: list[Event] = []
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, dict(settings.kernel_bytes_per_flop)) as t, \
+    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t, \
             metal_kernels(t, profile):
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval

@@ -18,7 +18,7 @@ import inspect
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,8 +329,9 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     b, hq, lq, d = q.shape
     lk = k.shape[2]
     isz = q.dtype.size
+    mask = kwargs.get("mask", args[5] if len(args) > 5 else None)
     if fused_attention(t.sdpa_kernels, lq, lk, d, isz):
-        t.op("ScaledDotProductAttention", ins, out, flops=_attention_flops(q.shape, lk, args, kwargs)
+        t.op("ScaledDotProductAttention", ins, out, flops=_attention_flops(q.shape, lk, mask)
              if "ScaledDotProductAttention" in t.kernel_bytes_per_flop else 0)
         return
     g = t.graph
@@ -338,7 +339,6 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     scaled = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), qn], q.nbytes, donors=(1,))
     scores_bytes = b * hq * lq * lk * isz
     scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes)
-    mask = kwargs.get("mask", args[5] if len(args) > 5 else None)
     if isinstance(mask, str) or isinstance(mask, mx.array):
         if isinstance(mask, str):
             rows = g.view("Broadcast", g.op("Arange", [], lq * 4))
@@ -352,12 +352,11 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
 
 
-def _attention_flops(q_shape: tuple[int, ...], k_rows: int, args: tuple, kwargs: dict) -> int:
+def _attention_flops(q_shape: tuple[int, ...], k_rows: int, mask: Any) -> int:
     """A fused attention's arithmetic: ``q @ k.T`` and ``p @ v`` over the (query, key) pairs it computes; a
     causal call skips the pairs above the diagonal (cuDNN's causal mask, aligned lower right), an array mask
     skips none."""
     b, heads, q_rows, dim = q_shape
-    mask = kwargs.get("mask", args[5] if len(args) > 5 else None)
     pairs = q_rows * k_rows - (q_rows * (q_rows - 1) // 2 if isinstance(mask, str) and mask == "causal" else 0)
     return 4 * b * heads * pairs * dim
 
@@ -570,10 +569,10 @@ def _cpu_dequantize(recorded: Callable) -> Callable:
 
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
-            kernel_bytes_per_flop: dict[str, float] | None = None) -> Iterator[Trace]:
+            kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
     CPU backend's implementations where they allocate temporaries (convolutions)."""
-    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop or {}))
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, attr: str, new: Any) -> None:
