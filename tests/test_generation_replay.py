@@ -50,15 +50,27 @@ def test_a_trace_replays_only_under_its_own_trace_settings() -> None:
             replay(recorded, load_profile(backend))
 
 
-def test_only_the_first_eval_of_a_process_plays_a_cold_host() -> None:
-    """``model_first_eval_host_node_s``: the process's first eval (the first prefill chunk) plays a slower host,
-    so the device keeps up with it and frees sooner; every later eval plays as with a warm host throughout."""
+def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play() -> None:
+    """``first_eval_point_share``: where the process's first eval peaks, the point lies that share of the way
+    from the eval's floor to its fitted play, unless a later eval's point is higher; the range reaches the
+    floor. Where a later eval peaks, the first eval's point does not enter."""
     from dataclasses import replace
 
-    built = build_model(ModelConfig(scale_config(load_model_config("qwen3-0.6b").config, 8, **SMALL), "qwen3-0.6b"))
-    warm = replace(load_profile("mlx-cuda"), model_first_eval_host_node_s=0.0)
-    cold = replace(warm, model_first_eval_host_node_s=200e-6)
-    recorded = record(built, Workload(2048, 4, prefill_step_size=1024), warm)  # two chunks, then decode
-    warm_evals, cold_evals = replay(recorded, warm).evals, replay(recorded, cold).evals
-    assert cold_evals[0].peak_bytes < warm_evals[0].peak_bytes
-    assert [e.peak_bytes for e in cold_evals[1:]] == [e.peak_bytes for e in warm_evals[1:]]
+    from kvsim.generation.predict import gpu_peak
+    from kvsim.generation.schedule import EvalPeak
+
+    def evals(*gb: float) -> list[EvalPeak]:
+        return [EvalPeak("prefill", 0, 0, int(x * 1e9), 0, 0) for x in gb]
+
+    p = replace(load_profile("mlx-cuda"), first_eval_point_share=0.5)
+    fitted, early, late, floor = evals(12.0, 10.5), evals(11.0, 10.5), evals(15.0, 10.5), evals(10.0, 10.2)
+    point, low, high = gpu_peak(p, fitted, early, late, floor)
+    assert point == int(11.0e9)  # 10 + 0.5 x (12 - 10)
+    assert low == int(10.0e9 * (1 - p.range_floor_margin)) and low <= point <= high
+    later_first = gpu_peak(p, fitted, early, evals(15.0, 13.0), floor)[0]  # a later eval's point is higher
+    assert later_first == int(0.25 * 10.5e9 + 0.375 * (10.5e9 + 13.0e9))
+    off = gpu_peak(replace(p, first_eval_point_share=0.0), fitted, early, late, floor)[0]
+    assert off == int(0.25 * 12e9 + 0.375 * (11e9 + 15e9))  # point_estimate, as for any other eval
+    later = gpu_peak(p, evals(12.0, 13.0), evals(11.0, 12.0), evals(15.0, 16.0), floor)[0]
+    assert later == gpu_peak(replace(p, first_eval_point_share=0.0), evals(12.0, 13.0), evals(11.0, 12.0),
+                             evals(15.0, 16.0), floor)[0]

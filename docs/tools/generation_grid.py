@@ -2,11 +2,12 @@
 
 Each run is traced once per value of ``--set`` (a profile field; trace settings such as kernel rates need a
 new trace) and replayed for each ``--tasks`` (``model_max_active_tasks``); each ``--weights`` then gives the
-point (``peak_point_weight``) from the same plays. Prints one line per setting, best first by the objective
-max(median / 2%, max / 5%) of the |point error|, with the runs inside their range:
+point (``peak_point_weight``) from the same plays, as ``kvsim generate`` makes it (``predict.gpu_peak``).
+Prints one line per setting, best first by the objective max(median / 2%, max / 5%) of the |point error|,
+with the runs inside their range:
 
     python docs/tools/generation_grid.py data/generation/mlx-cuda-0.32.4/train.jsonl --backend mlx-cuda \\
-        --set model_first_eval_host_node_s=0,1e-5,2e-5 --tasks 6,8 --weights 0,0.25,0.5
+        --set first_eval_point_share=0.4,0.5,0.6 --tasks 6,8 --weights 0,0.25,0.5
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kvsim.generation.config import ModelConfig  # noqa: E402
 from kvsim.generation.measure import row_workload  # noqa: E402
 from kvsim.generation.model import build_model  # noqa: E402
+from kvsim.generation.predict import gpu_peak  # noqa: E402
 from kvsim.generation.schedule import record, replay  # noqa: E402
-from kvsim.sim.peak_range import point_estimate, profile_range  # noqa: E402
 from kvsim.sim.profile import BackendProfile, load_profile  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def parse_set(text: str) -> tuple[str, list[float]]:
 
 
 def plays(paths: list[str], base: BackendProfile, settings: list[dict], tasks: list[int]) -> list[tuple]:
-    """(setting, tasks, measured peak, fitted, early, late, floor) of every run."""
+    """(setting, tasks, measured peak, evals under the fitted, early, late and floor timings) of every run."""
     out = []
     for path in paths:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
@@ -49,8 +50,8 @@ def plays(paths: list[str], base: BackendProfile, settings: list[dict], tasks: l
                 for n in tasks:
                     p = replace(profile, model_max_active_tasks=n)
                     timings = (p, p.variant("low"), p.variant("high"), p.floor_variant())
-                    peaks = [max(e.peak_bytes for e in replay(recorded, q).evals) for q in timings]
-                    out.append((tuple(setting.items()), n, row["peak_bytes"], *peaks))
+                    out.append((tuple(setting.items()), n, row["peak_bytes"],
+                                *(replay(recorded, q).evals for q in timings)))
             print(f"  {row['name']} {row['prompt_tokens']}", file=sys.stderr, flush=True)
     return out
 
@@ -71,11 +72,12 @@ def main() -> int:
     lines = []
     for setting, n, weight in itertools.product({p[0] for p in played}, tasks, map(float, args.weights.split(","))):
         errors, inside = [], 0
-        for s, t, real, fitted, early, late, floor in played:
+        profile = replace(base, **dict(setting), model_max_active_tasks=n, peak_point_weight=weight)
+        for s, t, real, *evals in played:
             if (s, t) != (setting, n):
                 continue
-            errors.append(abs(point_estimate(fitted, early, late, weight) / real - 1) * 100)
-            low, high = profile_range(base, fitted, early, late, floor)
+            point, low, high = gpu_peak(profile, *evals)
+            errors.append(abs(point / real - 1) * 100)
             inside += bool(low <= real <= high)
         median, worst = statistics.median(errors), max(errors)
         lines.append((max(median / 2, worst / 5), dict(setting), n, weight, median, worst, inside, len(errors)))

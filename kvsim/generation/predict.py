@@ -8,8 +8,8 @@ from typing import Any
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.schedule import EvalPeak, Workload, record, replay
-from kvsim.sim.peak_range import point_estimate, profile_range, reach_floor
-from kvsim.sim.profile import load_profile
+from kvsim.sim.peak_range import first_eval_point, point_estimate, profile_range, reach_floor
+from kvsim.sim.profile import BackendProfile, load_profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,30 @@ def policy_cache(built: BuiltModel, policy: dict[str, Any] | None) -> list[Any] 
     return make_prompt_cache(built.model, policy=policy)
 
 
+def _point(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPeak], late: list[EvalPeak]) -> float:
+    """``point_estimate`` of the evals' largest peaks under the three timings (0 where there are none)."""
+    if not fitted:
+        return 0.0
+    peaks = [max(e.peak_bytes for e in evals) for evals in (fitted, early, late)]
+    return point_estimate(*peaks, profile.peak_point_weight)
+
+
+def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPeak], late: list[EvalPeak],
+             floor: list[EvalPeak]) -> tuple[int, int, int]:
+    """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
+    floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
+    eval's, if higher) and the range reaches down to its floor (``reach_floor``)."""
+    tops = [max(e.peak_bytes for e in evals) for evals in (fitted, early, late, floor)]
+    low, high = profile_range(profile, *tops)
+    point = _point(profile, fitted, early, late)
+    first_peaks = fitted[0].peak_bytes == tops[0]
+    if first_peaks and profile.first_eval_point_share > 0:
+        first = first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes)
+        point = max(first, _point(profile, fitted[1:], early[1:], late[1:]))
+        low, high = reach_floor(profile, low, high, point, floor[0].peak_bytes)
+    return int(point), int(low), int(high)
+
+
 def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
             policy: dict[str, Any] | None = None) -> Prediction:
     """Play the generation of ``workload`` on ``built`` through ``backend``'s profile: traced once, played
@@ -101,11 +125,7 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
     if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
         plays = [replay(recorded, p).evals for p in (profile.variant("low"), profile.variant("high"),
                                                      profile.floor_variant())]
-        ends = [max(e.peak_bytes for e in evals) for evals in plays]
-        low, high = (int(x) for x in profile_range(profile, peak, ends[0], ends[1], ends[2]))
-        peak = int(point_estimate(peak, ends[0], ends[1], profile.peak_point_weight))
-        if top is evals[0] and profile.model_first_eval_host_node_s > 0:  # the process's first eval peaks
-            low, high = (int(x) for x in reach_floor(profile, low, high, peak, plays[2][0].peak_bytes))
+        peak, low, high = gpu_peak(profile, evals, *plays)
     footprint = max(peak, built.weights_bytes + pb.carry.repeat_footprint_bytes,  # (a GPU point may exceed
                     *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,

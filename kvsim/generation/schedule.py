@@ -191,12 +191,6 @@ class Player:
         else:
             self.play(e)
 
-    def _eval_profile(self) -> BackendProfile:
-        """The profile of the next eval: the process's first eval spends the profile's cold host time per
-        node (``BackendProfile.model_first_eval_host_node_s``); every later one the profile as it is."""
-        cold_s = self.profile.model_first_eval_host_node_s
-        return replace(self.profile, host_node_s=cold_s) if cold_s > 0 and not self.evals else self.profile
-
     def play(self, rec: RecordedEval) -> None:
         """One eval on a fresh allocator holding the buffers alive at its start and the carried cache."""
         ev = rec.graph
@@ -216,7 +210,7 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        run_eval(ev.graph, leaves, buffers, self._eval_profile(), EvalState())
+        run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
         self.carry.played(alloc, rec.phase, [n for b, n in state_lengths.items() if b not in buffers.table])
         self.evals.append(EvalPeak(rec.phase, rec.offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
                                    kv_before, rec.kv_after_bytes, alloc.cache_bytes,

@@ -77,11 +77,19 @@ def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, f
     return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
 
 
+def first_eval_point(profile: BackendProfile, floor: float, fitted: float) -> float:
+    """The point of a process's first eval, ``first_eval_point_share`` of the way from its floor to its
+    fitted play: a host still building kernels and CUDA graphs runs behind the device, which frees each
+    command buffer about as soon as it is committed, for part of that eval or for all of it
+    (``docs/generation.md``, "CUDA: a process's first eval")."""
+    return floor + profile.first_eval_point_share * (fitted - floor)
+
+
 def reach_floor(profile: BackendProfile, low: float, high: float, point: float, floor: float) -> tuple[float, float]:
     """The range of a generation that peaks in its process's first eval: its low end reaches down to that
     eval's floor (``1 - range_floor_margin`` of it), where a host still building kernels and CUDA graphs lets
     the device free every command buffer as it is committed; the high end is cut to keep the width at most
-    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: measured kernel rates")."""
+    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: a process's first eval")."""
     reach = floor * (1 - profile.range_floor_margin)
     if reach >= low or point > reach * profile.range_max_width:
         return low, high

@@ -62,8 +62,11 @@ class BackendProfile:
     activations at ``model_device_bytes_per_s`` rather than the KV workload's fitted ``device_bytes_per_s``
     (whose ops are small): the H200's are measured by ``docs/tools/device/kernel_rates.py``
     (``docs/generation.md``, "CUDA: measured kernel rates"). A process's first eval of a model builds what
-    later ones reuse (CUDA: kernels loaded or compiled, CUDA graphs instantiated, cuDNN plans built), so its host
-    spends ``model_first_eval_host_node_s`` per node (fitted on the train runs; 0: as any other eval).
+    later ones reuse (CUDA: kernels loaded or compiled, CUDA graphs instantiated, cuDNN plans built), so its
+    host may run behind the device, which then frees each command buffer about as soon as it is committed:
+    real first chunks peak anywhere from that eval's floor to its fitted (warm) play. Where the first eval
+    peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
+    (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval).
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -122,7 +125,7 @@ class BackendProfile:
     gather_qmm_flops_per_s: float = 0.0  # whole-model graphs: a quantized expert matmul's rate; 0: matmul_flops_per_s
     attention_flops_per_s: float = 0.0  # whole-model graphs: a fused attention kernel's rate; 0: its bytes alone time it
     model_device_bytes_per_s: float = 0.0  # whole-model graphs: the device's bytes per second; 0: device_bytes_per_s
-    model_first_eval_host_node_s: float = 0.0  # whole-model graphs: host seconds per node of a process's first eval; 0: host_node_s
+    first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
