@@ -101,6 +101,17 @@ def small(name: str, layers: int = 2) -> object:
     return build_model(ModelConfig(cfg, name))
 
 
+def test_a_probe_of_a_one_chunk_prompt_is_predicts_peak() -> None:
+    """Where the process's first eval peaks (one prefill chunk), a CUDA probe gives ``predict``'s point, the
+    first eval's (``first_eval_point_share``), not ``point_estimate`` of the three timings."""
+    built, w = small("qwen3-0.6b"), Workload(400, 4, 512)
+    pred = predict(built, w, "mlx-cuda")
+    assert pred.peak_phase == "prefill" and pred.evals[0].peak_bytes == max(e.peak_bytes for e in pred.evals)
+    exact = probe(built, w, "mlx-cuda", None)
+    assert exact.exact and exact.peak_bytes == pred.peak_bytes and exact.plays == 4
+    assert probe(built, w, "mlx-cuda", None, pred.peak_bytes).exact  # at the limit: fits
+
+
 @pytest.mark.parametrize("backend", ["mlx-metal", "mlx-cuda", "mlx-cpu"])
 @pytest.mark.parametrize("policy", [None, LOWPEAK])
 def test_a_probe_is_predicts_peak_or_a_bound_over_the_limit(backend: str, policy) -> None:

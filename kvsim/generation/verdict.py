@@ -20,7 +20,7 @@ from typing import Any
 from kvsim.generation.config import ModelConfig
 from kvsim.generation.devices import Device
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.predict import Prediction, policy_cache
+from kvsim.generation.predict import Prediction, gpu_peak, policy_cache
 from kvsim.generation.schedule import GenerationTrace, Workload, record, replay
 from kvsim.sim.peak_range import point_estimate
 from kvsim.sim.profile import load_profile
@@ -156,7 +156,8 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
     largest held state at an eval's start (``schedule.Player.play``: ``weights + max(peak,
     kv_before)``), and that state, recorded once (``schedule.record``), does not depend on the timing, so
     the first timing's bounds those not yet replayed; ``point_estimate`` (positive weights, float rounding included) and ``int`` are monotone,
-    so a bound over the limit means the point is over it too."""
+    so a bound over the limit means the point is over it too. Where the fitted timing peaks in the process's
+    first eval, the point is ``predict.gpu_peak``'s (the floor timing played too), with no bound before it."""
     profile = load_profile(backend)
     timings = (profile, profile.variant("low"), profile.variant("high")) if profile.is_gpu else (profile,)
 
@@ -180,6 +181,9 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
         evals = replay(recorded, timing).evals
         peaks.append(max(e.peak_bytes for e in evals))
         floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
+        if profile.is_gpu and profile.first_eval_point_share > 0 and evals[0].peak_bytes == peaks[0]:
+            rest = [replay(recorded, t).evals for t in (*timings[1:], profile.floor_variant())]
+            return Probe(gpu_peak(profile, evals, *rest)[0], True, 1 + len(rest), peaks[0])
     return Probe(point(peaks, floor_bytes), True, len(peaks), peaks[0])
 
 
