@@ -26,7 +26,7 @@ def malloc_rates(sizes_mb: list[int]) -> list[dict]:
 
     out = []
     for mb in sizes_mb:
-        n = mb << 19  # bfloat16 elements in mb MiB
+        shape = (mb, 1 << 19)  # bfloat16: mb MiB (one dimension would overflow MLX's int32 at 4 GiB)
         times = {}
         for mode in ("system", "cache", "system", "cache"):
             if mode == "system":
@@ -34,7 +34,7 @@ def malloc_rates(sizes_mb: list[int]) -> list[dict]:
                 mx.clear_cache()
                 mx.synchronize()
             t = time.perf_counter()
-            a = mx.zeros((n,), dtype=mx.bfloat16)
+            a = mx.zeros(shape, dtype=mx.bfloat16)
             mx.eval(a)
             times.setdefault(mode, []).append(time.perf_counter() - t)
             del a
