@@ -72,6 +72,23 @@ def test_missing_config_field_names_it(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "kvsim: num_attention_heads: missing from the config"
 
 
+def test_unfused_gpu_attention_is_noted(tmp_path, capsys):
+    """phi-2's float32 queries keep CUDA's fused attention out (``Prediction.notes``): the CLI says so in
+    its text and its JSON; a bfloat16 model on CUDA, and phi-2 on the CPU (measured exact), get no note."""
+    cfg = dict(load_model_config("phi-2").config, num_hidden_layers=1)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    argv = ["generate", "--model", str(tmp_path), "--prompt-tokens", "2048", "--max-tokens", "2", "--no-search"]
+    assert main([*argv, "--backend", "mlx-cuda", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert len(notes) == 1 and "unfused" in notes[0] and "0.50 GiB" in notes[0]
+    assert main([*argv, "--backend", "mlx-cuda"]) == 0
+    assert "note       Attention runs unfused on mlx-cuda" in capsys.readouterr().out
+    assert main([*argv, "--backend", "mlx-cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []
+    qwen = dict(load_model_config("qwen3-0.6b").config, num_hidden_layers=1)
+    assert predict(build_model(ModelConfig(qwen, "qwen3-0.6b")), Workload(2048, 2), "mlx-cuda").notes == []
+
+
 def test_cannot_fit_is_a_verdict_with_fixes(capsys):
     argv = ["generate", "--model", "llama-3.2-1b-instruct", "--prompt-tokens", "2048", "--max-tokens", "8",
             "--device", "mac-8gb", "--no-search", "--json"]

@@ -180,6 +180,7 @@ def _text(o: dict[str, Any]) -> str:
         + (f", process baseline {_gb(o['baseline_bytes'])})" if o["baseline_bytes"] else
            ", process baseline not measured for this backend)"),
     ]
+    lines += [f"note       {n}" for n in o.get("notes", [])]
     if "verdict" in o:
         v = o["verdict"]
         lines.append(f"device     {v['device']}: GPU working set {_gb(v['working_set_bytes'])}, MLX limit "

@@ -93,6 +93,8 @@ class FitAnswer:
     """Whether ``resident_bytes`` fits the device's memory."""
     baseline_bytes: int = 0
     """The process baseline counted in ``resident_bytes`` (the profile's; 0: not measured or not counted)."""
+    notes: tuple[str, ...] = ()
+    """``Prediction.notes``: where the prediction lies outside what measured runs support."""
 
 
 # ---- the model -------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def answer(request: FitRequest) -> FitAnswer:
     return FitAnswer(model_label(config, request.model), _layers(config), pred.peak_bytes, pred.weights_bytes,
                      pred.peak_kv_bytes, pred.transient_bytes, pred.kv_bytes, pred.peak_phase, pred.peak_offset,
                      v.status, v.fits, pred.resident_cache_bytes, v.resident_bytes, v.resident_fits,
-                     v.resident_bytes - pred.footprint_bytes)
+                     v.resident_bytes - pred.footprint_bytes, tuple(pred.notes))
 
 
 def peak(request: FitRequest) -> int:
@@ -372,5 +374,5 @@ def notices(request: FitRequest, a: FitAnswer) -> list[str]:
         if beyond:
             out.append(f"Beyond the measured range of {r.runs} real {request.backend} generations: "
                        + " and ".join(beyond) + ".")
-    return out
+    return out + list(a.notes)
 

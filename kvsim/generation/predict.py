@@ -11,6 +11,10 @@ from kvsim.generation.schedule import EvalPeak, Workload, record, replay
 from kvsim.sim.peak_range import first_eval_point, point_estimate, profile_range, reach_floor
 from kvsim.sim.profile import BackendProfile, load_profile
 
+UNFUSED_NOTE_BYTES = 64 << 20
+"""Scores a layer from which an unfused GPU attention earns a note (``Prediction.notes``): the fourth CUDA
+held-out set's float32-attention runs missed their ranges from 67 MB (olmo-2-1b, 1K tokens) up."""
+
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
@@ -46,6 +50,18 @@ class Prediction:
     """What MLX holds at most: weights plus the largest active + cache bytes of any eval (>= ``peak_bytes``)."""
     baseline_bytes: int = 0
     """The process before the model: the profile's ``process_baseline_bytes`` (0: not measured)."""
+    unfused_attention_bytes: int = 0
+    """GPU backends: the largest scores of an attention the fused kernels do not serve (0: none)."""
+
+    @property
+    def notes(self) -> list[str]:
+        """Where this prediction lies outside what the measured runs support, in one sentence each."""
+        if self.unfused_attention_bytes < UNFUSED_NOTE_BYTES:
+            return []
+        return [f"Attention runs unfused on {self.backend} here (float32 queries, or a head size the fused kernels "
+                f"do not take), with up to {self.unfused_attention_bytes / 2**30:.2f} GiB of scores a layer: the "
+                "two such models measured at 8K tokens on an H200 missed their ranges both ways (phi-2 -44%, "
+                "olmo-2-1b +30%), so this peak is uncertain."]
 
     @property
     def resident_bytes(self) -> int:
@@ -71,7 +87,7 @@ class Prediction:
             "peak_bytes": self.peak_bytes, "weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
             "peak_kv_bytes": self.peak_kv_bytes, "transient_bytes": self.transient_bytes,
             "peak_phase": self.peak_phase, "peak_offset": self.peak_offset, "cache_bytes": self.cache_bytes,
-            "resident_bytes": self.resident_bytes, "footprint_bytes": self.footprint_bytes,
+            "resident_bytes": self.resident_bytes, "footprint_bytes": self.footprint_bytes, "notes": self.notes,
             "baseline_bytes": self.baseline_bytes, "resident_cache_bytes": self.resident_cache_bytes,
             **({"peak_low_bytes": self.peak_low_bytes, "peak_high_bytes": self.peak_high_bytes}
                if self.peak_low_bytes is not None else {}),
@@ -130,7 +146,8 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
                     *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,
                       peak, built.weights_bytes, recorded.kv_bytes, top.kv_after_bytes, top.phase, top.offset,
-                      tuple(evals), low, high, pb.carry.cache_bytes, footprint, profile.process_baseline_bytes)
+                      tuple(evals), low, high, pb.carry.cache_bytes, footprint, profile.process_baseline_bytes,
+                      recorded.unfused_attention_bytes if profile.is_gpu else 0)
 
 
 def predict_model(model: str, workload: Workload, backend: str = "mlx-cpu",

@@ -134,6 +134,8 @@ class GenerationTrace:
     events: tuple[Event, ...]
     kv_bytes: int
     """The caches' bytes at the end."""
+    unfused_attention_bytes: int = 0
+    """``Trace.unfused_attention_bytes`` over the whole generation (GPU traces; 0 on the CPU's)."""
 
 
 @dataclass(slots=True)
@@ -347,7 +349,8 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
                 rec.repeat_decode()
             if n % 256 == 0:
                 rec.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
-    return GenerationTrace(settings, built.weights_bytes, tuple(events), sum(a.nbytes for a in cache_arrays(cache)))
+    return GenerationTrace(settings, built.weights_bytes, tuple(events), sum(a.nbytes for a in cache_arrays(cache)),
+                           t.unfused_attention_bytes)
 
 
 def generation_profile(profile: BackendProfile) -> BackendProfile:

@@ -100,6 +100,8 @@ class Trace:
     """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
     fused attention's arithmetic is timed only where it is listed."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
+    unfused_attention_bytes: int = 0
+    """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
     on_eval: Callable[[list[Any]], None] | None = None  # called by mx.eval / mx.async_eval
     depth: int = 0
 
@@ -554,6 +556,8 @@ def _gpu_sdpa(t: Trace, recorded: Callable) -> Callable:
         sinks = kwargs.get("sinks") is not None and t.sdpa_kernels == "cuda"
         if not sinks and fused_attention(t.sdpa_kernels, q.shape[2], k.shape[2], q.shape[3], q.dtype.size):
             return recorded(q, k, v, **kwargs)
+        scores_bytes = math.prod(q.shape[:3]) * k.shape[2] * max(q.dtype.size, k.dtype.size)
+        t.unfused_attention_bytes = max(t.unfused_attention_bytes, scores_bytes)
         return fallbacks.scaled_dot_product_attention(q, k, v, **kwargs)
 
     return sdpa
