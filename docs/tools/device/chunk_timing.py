@@ -1,0 +1,77 @@
+"""Is a CUDA prefill chunk host-bound or device-bound? (docs/generation.md, the fourth held-out set)
+
+For each config, at full size with random weights: the prompt's prefill chunks as ``generate_step`` runs them
+(on mlx-lm's ``generation_stream``, ``mx.clear_cache()`` after each), every chunk timed in three phases: the
+model call that builds the lazy graph, ``mx.async_eval`` of the caches' state (the host's encoding, which
+returns before the device finishes unless MLX's in-flight limit makes it wait), and the synchronize after it;
+with the chunk's peak above the memory held before it. The prompt is run twice on a fresh cache each time
+(the first pass pays for kernel builds). Prints one JSON line per chunk.
+
+    MLX_MAX_OPS_PER_BUFFER=20 python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --tokens 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def passes(name: str, tokens: int, step: int, runs: int) -> None:
+    import mlx.core as mx
+    from mlx_lm.generate import generation_stream
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from kvsim.generation.config import load_model_config
+    from kvsim.generation.model import build_model
+
+    mx.random.seed(0)
+    model = build_model(load_model_config(name), stand_in=False).model
+    mx.eval(model.parameters())
+    prompt = mx.random.randint(0, 256, (1, tokens)).astype(mx.uint32)
+    mx.eval(prompt)
+    for run in range(runs):
+        cache = make_prompt_cache(model)
+        mx.synchronize()
+        mx.clear_cache()
+        for start in range(0, tokens - 1, step):
+            chunk = prompt[:, start:min(start + step, tokens - 1)]
+            held = mx.get_active_memory()
+            mx.reset_peak_memory()
+            with mx.stream(generation_stream):
+                t0 = time.perf_counter()
+                model(chunk, cache=cache)
+                t1 = time.perf_counter()
+                mx.async_eval([c.state for c in cache])
+                t2 = time.perf_counter()
+            mx.synchronize()
+            t3 = time.perf_counter()
+            print(json.dumps({"name": name, "run": run, "offset": start, "tokens": chunk.shape[1],
+                              "build_s": t1 - t0, "encode_s": t2 - t1, "wall_s": t3 - t1,
+                              "peak_above_bytes": mx.get_peak_memory() - held,
+                              "max_ops_per_buffer": os.environ.get("MLX_MAX_OPS_PER_BUFFER", "")}), flush=True)
+            mx.clear_cache()
+        del cache
+    del model
+    mx.synchronize()
+    mx.clear_cache()
+
+
+def main() -> int:
+    import mlx.core as mx
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="+")
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--step", type=int, default=2048)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+    print(json.dumps({"mlx_version": mx.__version__, "device": mx.device_info().get("device_name")}), flush=True)
+    for name in args.configs:
+        passes(name, args.tokens, args.step, args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
