@@ -82,7 +82,8 @@ def test_unfused_gpu_attention_is_noted(tmp_path, capsys):
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert len(notes) == 1 and "unfused" in notes[0] and "0.50 GiB" in notes[0]
     assert main([*argv, "--backend", "mlx-cuda"]) == 0
-    assert "note       Attention runs unfused on mlx-cuda" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "note       Attention runs unfused on mlx-cuda" in text and "\n  range    " in text
     assert main([*argv, "--backend", "mlx-cpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []
     qwen = dict(load_model_config("qwen3-0.6b").config, num_hidden_layers=1)

@@ -171,6 +171,8 @@ def _text(o: dict[str, Any]) -> str:
         f"{o['prefill_step_size']}" + (f", kv-bits {o['kv_bits']}" if o["kv_bits"] else "")
         + (f", max-kv-size {o['max_kv_size']}" if o["max_kv_size"] else ""),
         f"peak       {_gb(o['peak_bytes'])}  (mx.get_peak_memory(), in the {o['peak_phase']} step at {o['peak_offset']} tokens)",
+        *([f"  range    {_gb(o['peak_low_bytes'])} to {_gb(o['peak_high_bytes'])} (where runs peak: the GPU frees "
+             "asynchronously)"] if "peak_low_bytes" in o else []),
         f"  weights  {_gb(o['weights_bytes'])}",
         f"  KV       {_gb(o['peak_kv_bytes'])} at the peak, {_gb(o['kv_bytes'])} at the end",
         f"  transient {_gb(o['transient_bytes'])} (the step's activations and KV growth copies)",
