@@ -81,7 +81,7 @@ def first_eval_point(profile: BackendProfile, floor: float, fitted: float) -> fl
     """The point of a process's first eval, ``first_eval_point_share`` of the way from its floor to its
     fitted play: a host still building kernels and CUDA graphs runs behind the device, which frees each
     command buffer about as soon as it is committed, for part of that eval or for all of it
-    (``docs/generation.md``, "CUDA: a process's first eval")."""
+    (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval")."""
     return floor + profile.first_eval_point_share * (fitted - floor)
 
 
@@ -89,7 +89,8 @@ def reach_floor(profile: BackendProfile, low: float, high: float, point: float, 
     """The range of a generation that peaks in its process's first eval: its low end reaches down to that
     eval's floor (``1 - range_floor_margin`` of it), where a host still building kernels and CUDA graphs lets
     the device free every command buffer as it is committed; the high end is cut to keep the width at most
-    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: a process's first eval")."""
+    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: measured kernel rates and a
+    process's first eval")."""
     reach = floor * (1 - profile.range_floor_margin)
     if reach >= low or point > reach * profile.range_max_width:
         return low, high
