@@ -104,12 +104,9 @@ def policy_cache(built: BuiltModel, policy: dict[str, Any] | None) -> list[Any] 
     return make_prompt_cache(built.model, policy=policy)
 
 
-def _point(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPeak], late: list[EvalPeak]) -> float:
-    """``point_estimate`` of the evals' largest peaks under the three timings (0 where there are none)."""
-    if not fitted:
-        return 0.0
-    peaks = [max(e.peak_bytes for e in evals) for evals in (fitted, early, late)]
-    return point_estimate(*peaks, profile.peak_point_weight)
+def _tops(*plays: list[EvalPeak]) -> list[int]:
+    """Each play's largest eval peak."""
+    return [max(e.peak_bytes for e in evals) for evals in plays]
 
 
 def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPeak], late: list[EvalPeak],
@@ -117,13 +114,12 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
     """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
     floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
     eval's, if higher) and the range reaches down to its floor (``reach_floor``)."""
-    tops = [max(e.peak_bytes for e in evals) for evals in (fitted, early, late, floor)]
+    tops, weight = _tops(fitted, early, late, floor), profile.peak_point_weight
     low, high = profile_range(profile, *tops)
-    point = _point(profile, fitted, early, late)
-    first_peaks = fitted[0].peak_bytes == tops[0]
-    if first_peaks and profile.first_eval_point_share > 0:
-        first = first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes)
-        point = max(first, _point(profile, fitted[1:], early[1:], late[1:]))
+    point = point_estimate(*tops[:3], weight)
+    if fitted[0].peak_bytes == tops[0] and profile.first_eval_point_share > 0:  # the first eval peaks
+        later = point_estimate(*_tops(fitted[1:], early[1:], late[1:]), weight) if len(fitted) > 1 else 0.0
+        point = max(first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes), later)
         low, high = reach_floor(profile, low, high, point, floor[0].peak_bytes)
     return int(point), int(low), int(high)
 
