@@ -76,6 +76,17 @@ def test_an_offline_repo_id_or_a_bad_upload_is_one_line() -> None:
         fc.model_config(req)
 
 
+def test_the_measured_range_counts_measured_runs_only() -> None:
+    """The notice's "measured range" counts real generations (rows with their wall time), not the
+    predictions stored beside them (``data/generation/mlx-cuda-0.32.4/predictions``)."""
+    import json
+
+    runs = [json.loads(line) for path in fc.GENERATION_DATA.glob("mlx-cuda-*/*.jsonl")
+            for line in path.read_text(encoding="utf-8").splitlines()]
+    assert runs and all("seconds" in r for r in runs)
+    assert fc.measured_range("mlx-cuda").runs == len(runs)
+
+
 def test_sizes_and_tokens_read_rounded() -> None:
     assert fc.size(2_254_857_830) == "2.1 GiB" and fc.size(60 << 20) == "60 MiB" and fc.size(150 << 30) == "150 GiB"
     assert fc.tokens(32768) == "32K" and fc.tokens(131072) == "128K" and fc.tokens(3000) == "3,000"

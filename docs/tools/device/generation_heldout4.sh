@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call 2 (after docs/tools/device/device_stage.sh): a fourth held-out set of full-size generations on
 # architectures no CUDA run had measured, taken after the first-eval point (first_eval_point_share) was
-# settled and its predictions committed (data/generation/mlx-cuda-0.32.4/heldout4-predicted.jsonl). Each config
+# settled and its predictions committed (data/generation/mlx-cuda-0.32.4/predictions/heldout4.jsonl). Each config
 # in a process of its own, its 1K run first (the process's first eval), as every stored CUDA run was taken.
 # Configs run in order until DEADLINE_S (default 540) is spent. Writes $OUT/heldout4.tgz (gen4/heldout.jsonl, logs).
 set -o pipefail; export STAGE=/tmp/stage SITE=/tmp/site; source docs/tools/device/device_unpack.sh || exit 3
