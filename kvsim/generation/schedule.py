@@ -354,7 +354,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
 
 
 def generation_profile(profile: BackendProfile) -> BackendProfile:
-    """``profile`` as it plays whole-model graphs: its fitted in-flight task count (``model_max_active_tasks``)
+    """``profile`` as it plays whole-model graphs: its in-flight task count (``model_max_active_tasks``)
     and the device's bandwidth for a model's activations (``model_device_bytes_per_s``), where it sets them:
     ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
     tasks, bytes_per_s = profile.model_max_active_tasks, profile.model_device_bytes_per_s

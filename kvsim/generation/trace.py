@@ -270,6 +270,17 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     if len(ids) > 1:
         for i in ids:
             t.graph.arrays[i].siblings = [j for j in ids if j != i]
+    if base == "addmm":
+        _float32_gemm(t, ids[0], outs[0], batched=len(args) > 2 and args[2].ndim > 2)
+
+
+def _float32_gemm(t: Trace, n: int, out: mx.array, batched: bool) -> None:
+    """Mark node ``n`` where the CUDA host waits for its command buffer: a float32 GEMM over one matrix (a
+    linear layer's weight). Measured, not read in MLX's source: float32 models' prefill chunks end with the
+    host level with the device and peak near kvsim's floor, their bfloat16 casts run ahead
+    (``kernels/chunk-timing-dtype.jsonl``); a batched float32 GEMM (attention's scores) does not wait."""
+    if t.sdpa_kernels == "cuda" and out.dtype == mx.float32 and not batched:
+        t.graph.arrays[n].waits = True
 
 
 LAYOUT_KEEPING = frozenset({"astype", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__invert__",
@@ -320,6 +331,7 @@ def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
             nodes[k] = g.op("Copy", [nodes[k]], math.prod(shapes[k]) * out.dtype.size, kernels=0 if t.cpu else 1)
     flops = 2 * out.size * a.shape[-1]
     n = t.op("Matmul", nodes + held, out, flops=flops)
+    _float32_gemm(t, n, out, batched=not flat and max(a.ndim, b.ndim) > 2)
     if flat:  # unflatten: a view of the GEMM's rows
         t.bind(out, g.view("Broadcast", n), row_major(out.shape))
 
@@ -649,6 +661,16 @@ def root(t: Trace, n: int) -> int:
     return n
 
 
+def elements(t: Trace, n: int) -> int:
+    """What MLX counts of node ``n`` toward a CUDA command buffer's limit: its elements (``data_size()``,
+    backend/cuda/device.cpp ``set_input_array``), weights' included; -1 where the trace has no shape."""
+    leaf = t.leaf_arrays.get(n)
+    if leaf is not None:
+        return leaf.size
+    shape = t.shapes.get(n)
+    return math.prod(shape[0]) if shape is not None else -1
+
+
 def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGraph:
     """The graph one eval runs: nodes not yet evaluated that ``outputs`` reach, in creation order, with
     earlier results as leaves holding their buffers; marks the nodes evaluated. ``held`` are the arrays
@@ -675,6 +697,7 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
         a = arrays[n]
         if n in t.evaluated or not a.prim:
             index[n] = local.leaf(0, -1, py_held=n in held_nodes)
+            local.arrays[index[n]].elements = elements(t, n)
             if n in t.evaluated:
                 r = root(t, n)
                 leaf_buffers[index[n]] = r
@@ -682,7 +705,8 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
             continue
         index[n] = len(local.arrays)
         local.arrays.append(Array(a.nbytes, a.prim, [index[i] for i in a.inputs], a.kernels, a.work_bytes,
-                                  a.donors, n in held_nodes, eager=a.eager))
+                                  a.donors, n in held_nodes, eager=a.eager, elements=elements(t, n),
+                                  waits=a.waits))
     for n in reach:
         if arrays[n].siblings and n in index:
             local.arrays[index[n]].siblings = [index[s] for s in arrays[n].siblings if s in index]

@@ -5,7 +5,8 @@ buffer), is dispatched, and drops its references to its inputs. The backend keep
 input's buffer until the work holding it completes: a CPU task (``dispatches_per_task``
 dispatches run by a worker thread) or a GPU command buffer (committed every
 ``commit_ops`` ops or ``commit_elements`` input elements, freed ``completion_lag_s`` after
-it finishes). The host waits while more than ``max_active_tasks`` tasks are in flight.
+it finishes). The host waits while more than ``max_active_tasks`` tasks are in flight, and for a command
+buffer holding an op that ``waits`` (``BackendProfile.model_waiting_gemms``).
 Frees land at their completion times, mallocs at host times; the allocator sees them in
 time order, which is what decides the peak.
 """
@@ -129,12 +130,13 @@ def run_eval(
     open_ops = 0
     open_elements = 0
     open_work_s = 0.0
+    open_waits = False
 
-    def commit(t: float) -> None:
+    def commit(t: float) -> float:
         """Close the open GPU command buffer: it runs after the device's last work, then frees what it held."""
-        nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s
+        nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s, open_waits
         if open_ops == 0:
-            return
+            return t
         end = max(device_free_t, t) + open_work_s
         device_free_t = end
         if state.commit_nodes is not None:
@@ -142,11 +144,14 @@ def run_eval(
         done = end + profile.completion_lag_s
         task_ends.append(done)
         frees.append((done, open_held))
+        waits, open_waits = open_waits and waiting, False
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
+        return done if waits else t
 
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
+    count_elements, waiting = profile.model_mlx_elements, profile.model_waiting_gemms
     stall_op = profile.host_stall_op  # analysis only (BackendProfile.host_stall_op); -1 in predictions
     malloc_rate, alloc, new = profile.host_malloc_bytes_per_s, buffers.alloc, buffers.new
     phase = state.dispatch_phase
@@ -198,11 +203,15 @@ def run_eval(
         if is_gpu:
             open_held.extend(held)
             open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
-            if kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
-                open_elements += sum(arrays[x].nbytes for x in ins) // 2
+            if kernels:  # MLX counts input elements, not bytes (2-byte elements where not known)
+                if count_elements:
+                    open_elements += sum(e if (e := arrays[x].elements) >= 0 else arrays[x].nbytes // 2 for x in ins)
+                else:
+                    open_elements += sum(arrays[x].nbytes for x in ins) // 2
             open_work_s += work_s
+            open_waits |= arr.waits
             if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
-                commit(host_t)
+                host_t = commit(host_t)
         else:
             # kernels, then the holder whose completion frees the inputs
             device_free_t = (device_free_t if device_free_t > host_t else host_t) + work_s + dispatch_s

@@ -31,6 +31,9 @@ class Array:
             reduction's copy of a strided input, a large all-reduce's second pass).
         gpu_temps_bytes: Buffers its CUDA kernels allocate for themselves (that copy, the
             all-reduce's partial sums), held until the command buffer completes.
+        elements: Elements MLX counts when a kernel reads it (``data_size()``, toward a CUDA command
+            buffer's element limit), a leaf's (weights) included; -1: not known, ``nbytes / 2``.
+        waits: CUDA: the host waits for the command buffer holding this op to complete (a float32 GEMM).
     """
 
     nbytes: int
@@ -46,6 +49,8 @@ class Array:
     buffer_id: int = -1  # for a persistent leaf: the engine's buffer id
     extra_gpu_nodes: int = 0
     gpu_temps_bytes: tuple[int, ...] = ()
+    elements: int = -1
+    waits: bool = False
 
     @property
     def is_view(self) -> bool:

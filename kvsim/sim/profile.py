@@ -67,6 +67,11 @@ class BackendProfile:
     real first chunks peak anywhere from that eval's floor to its fitted (warm) play. Where the first eval
     peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
     (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval).
+    On CUDA a model's command buffers are cut as MLX cuts them where ``model_mlx_elements`` is set: every
+    kernel input's elements count toward ``commit_elements``, weights included, each of its own dtype
+    (``CommandEncoder::set_input_array`` adds ``data_size()``); and where ``model_waiting_gemms`` is set the
+    host waits for a command buffer that holds a float32 GEMM over one matrix (a float32 model's linear
+    layers) to complete before it encodes more, as measured (``docs/generation.md``, "CUDA: MLX's buffers").
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -118,7 +123,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
-    model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight, fitted; 0: max_active_tasks
+    model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
     quantized_matmul_flops_per_s: float = 0.0  # whole-model graphs: a quantized matmul's rate; 0: matmul_flops_per_s
     gather_matmul_flops_per_s: float = 0.0  # whole-model graphs: an expert matmul's rate (gather_mm); 0: matmul_flops_per_s
@@ -127,6 +132,8 @@ class BackendProfile:
     model_device_bytes_per_s: float = 0.0  # whole-model graphs: the device's bytes per second; 0: device_bytes_per_s
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
+    model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
+    model_waiting_gemms: bool = False  # whole-model graphs on a GPU: the host waits for a command buffer holding a float32 GEMM (measured)
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20
     sdpa_kernels: str = "fallback"
@@ -281,6 +288,8 @@ def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) 
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if isinstance(default, str):
             ok, kind = isinstance(value, str), "a string"
+        elif isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(default, int):
             ok, kind = number and isinstance(value, int), "an integer"
         else:

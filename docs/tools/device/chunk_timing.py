@@ -8,6 +8,7 @@ with the chunk's peak above the memory held before it. The prompt is run twice o
 (the first pass pays for kernel builds). Prints one JSON line per chunk.
 
     MLX_MAX_OPS_PER_BUFFER=20 python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --tokens 8192
+    python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import time
 
 
-def passes(name: str, tokens: int, step: int, runs: int) -> None:
+def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = None) -> None:
     import mlx.core as mx
     from mlx_lm.generate import generation_stream
     from mlx_lm.models.cache import make_prompt_cache
@@ -27,7 +28,7 @@ def passes(name: str, tokens: int, step: int, runs: int) -> None:
     from kvsim.generation.model import build_model
 
     mx.random.seed(0)
-    model = build_model(load_model_config(name), stand_in=False).model
+    model = build_model(load_model_config(name), dtype, stand_in=False).model
     mx.eval(model.parameters())
     prompt = mx.random.randint(0, 256, (1, tokens)).astype(mx.uint32)
     mx.eval(prompt)
@@ -50,7 +51,8 @@ def passes(name: str, tokens: int, step: int, runs: int) -> None:
             print(json.dumps({"name": name, "run": run, "offset": start, "tokens": chunk.shape[1],
                               "build_s": t1 - t0, "encode_s": t2 - t1, "wall_s": t3 - t1,
                               "peak_above_bytes": mx.get_peak_memory() - held,
-                              "max_ops_per_buffer": os.environ.get("MLX_MAX_OPS_PER_BUFFER", "")}), flush=True)
+                              "max_ops_per_buffer": os.environ.get("MLX_MAX_OPS_PER_BUFFER", ""),
+                              "dtype": dtype or "config"}), flush=True)
             mx.clear_cache()
         del cache
     del model
@@ -66,10 +68,11 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--step", type=int, default=2048)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--dtype", default=None, help="the weights' dtype (default: the config's)")
     args = ap.parse_args()
     print(json.dumps({"mlx_version": mx.__version__, "device": mx.device_info().get("device_name")}), flush=True)
     for name in args.configs:
-        passes(name, args.tokens, args.step, args.runs)
+        passes(name, args.tokens, args.step, args.runs, args.dtype)
     return 0
 
 
