@@ -667,7 +667,7 @@ def elements(t: Trace, n: int) -> int:
     leaf = t.leaf_arrays.get(n)
     if leaf is not None:
         return leaf.size
-    shape = t.shapes.get(n)
+    shape = t.shapes.get(n) or t.shapes.get(root(t, n))  # a view MLX reads as its source's data
     return math.prod(shape[0]) if shape is not None else -1
 
 

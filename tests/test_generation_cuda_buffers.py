@@ -1,0 +1,69 @@
+"""CUDA command buffers of a traced model as MLX 0.32.4 fills and paces them (``docs/generation.md``, "CUDA: MLX's
+command buffers and float32 GEMMs"): every kernel input counts its elements toward a buffer's limit, weights
+included (``CommandEncoder::set_input_array``), and the host waits for a buffer holding a float32 GEMM."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from mlx.utils import tree_flatten
+
+from kvsim.generation.config import ModelConfig, load_model_config
+from kvsim.generation.measure import scale_config
+from kvsim.generation.model import BuiltModel, build_model
+from kvsim.generation.schedule import RecordedEval, Workload, record, replay
+from kvsim.sim.graph import Array
+from kvsim.sim.profile import load_profile
+
+LAYERS = 2
+PREFILL_GEMMS = 7 * (LAYERS - 1) + 2
+"""Llama's projections a prefill chunk computes: q, k, v, o, gate, up and down (no bias) in every layer but the last,
+which only needs k and v for its cache (the chunk evaluates the caches' state, not the logits)."""
+
+
+def _built(dtype: str, layers: int = LAYERS, hidden: int = 256, intermediate: int = 768) -> BuiltModel:
+    config = scale_config(load_model_config("llama-3.2-1b-instruct").config, layers, hidden_size=hidden,
+                          intermediate_size=intermediate, vocab_size=8192)
+    return build_model(ModelConfig(config, "llama-small"), dtype)
+
+
+def _prefill(built: BuiltModel, backend: str) -> list[Array]:
+    rec = record(built, Workload(512, 2, prefill_step_size=512), load_profile(backend))
+    return next(e for e in rec.events if isinstance(e, RecordedEval) and e.phase == "prefill").graph.graph.arrays
+
+
+def test_weights_count_their_elements_toward_a_cuda_buffer() -> None:
+    built = _built("bfloat16")
+    arrays = _prefill(built, "mlx-cuda")
+    weights = [v.size for k, v in tree_flatten(built.model.parameters()) if k.startswith("model.layers.0.")]
+    leaves = [a.elements for a in arrays if not a.prim]
+    assert len(weights) == 9 and all(leaves.count(n) >= weights.count(n) for n in set(weights))
+    assert sum(a.nbytes for a in arrays if not a.prim) == 0  # held by the pool, not by this eval
+    views = [a for a in arrays if a.prim == "Broadcast" and arrays[a.inputs[0]].prim]
+    assert views and all(a.elements == arrays[a.inputs[0]].elements for a in views)  # read as their source
+
+
+@pytest.mark.parametrize(("dtype", "backend", "waiting"), [
+    ("float32", "mlx-cuda", PREFILL_GEMMS), ("bfloat16", "mlx-cuda", 0), ("float32", "mlx-cpu", 0)])
+def test_float32_linear_layers_make_the_cuda_host_wait(dtype: str, backend: str, waiting: int) -> None:
+    """Only the projections' GEMMs wait: the fallback attention's batched float32 score products do not."""
+    arrays = _prefill(_built(dtype), backend)
+    marked = [a for a in arrays if a.waits]
+    assert len(marked) == waiting
+    assert all(a.prim == "Matmul" and a.elements * 4 == a.nbytes for a in marked)
+
+
+def test_a_waiting_host_frees_each_buffer_before_it_goes_on() -> None:
+    """With the wait a float32 model's prefill peaks as the floor does (every buffer freed when committed);
+    without it the host runs buffers ahead and peaks higher."""
+    built = _built("float32", layers=6, hidden=512, intermediate=2048)
+    profile = load_profile("mlx-cuda")
+    rec = record(built, Workload(4096, 2, prefill_step_size=2048), profile)
+
+    def peak(p: object) -> int:
+        return max(e.peak_bytes for e in replay(rec, p).evals)
+
+    waiting, floor = peak(profile), peak(profile.floor_variant())
+    ahead = peak(replace(profile, model_waiting_gemms=False))
+    assert waiting == floor < ahead
