@@ -1,6 +1,6 @@
 """CUDA command buffers of a traced model as MLX 0.32.4 fills and paces them (``docs/generation.md``, "CUDA: MLX's
-command buffers and float32 GEMMs"): every kernel input counts its elements toward a buffer's limit, weights
-included (``CommandEncoder::set_input_array``), and the host waits for a buffer holding a float32 GEMM."""
+command buffers"): every kernel input counts its elements toward a buffer's limit, weights included
+(``CommandEncoder::set_input_array``), and the host waits for a buffer holding a float32 GEMM (measured)."""
 
 from __future__ import annotations
 

@@ -278,7 +278,10 @@ def _float32_gemm(t: Trace, n: int, out: mx.array, batched: bool) -> None:
     """Mark node ``n`` where the CUDA host waits for its command buffer: a float32 GEMM over one matrix (a
     linear layer's weight). Measured, not read in MLX's source: float32 models' prefill chunks end with the
     host level with the device and peak near kvsim's floor, their bfloat16 casts run ahead
-    (``kernels/chunk-timing-dtype.jsonl``); a batched float32 GEMM (attention's scores) does not wait."""
+    (``data/generation/mlx-cuda-0.32.4/kernels/chunk-timing-dtype.jsonl``); phi-2's batched float32 attention
+    products do not pace it, nor does a synthetic chain of large float32 GEMMs (``kernels/graph-pacing.jsonl``),
+    so the rule is what those models share, not a mechanism (``docs/generation.md``, "CUDA: MLX's command
+    buffers")."""
     if t.sdpa_kernels == "cuda" and out.dtype == mx.float32 and not batched:
         t.graph.arrays[n].waits = True
 

@@ -71,7 +71,7 @@ class BackendProfile:
     kernel input's elements count toward ``commit_elements``, weights included, each of its own dtype
     (``CommandEncoder::set_input_array`` adds ``data_size()``); and where ``model_waiting_gemms`` is set the
     host waits for a command buffer that holds a float32 GEMM over one matrix (a float32 model's linear
-    layers) to complete before it encodes more, as measured (``docs/generation.md``, "CUDA: MLX's buffers").
+    layers) to complete before it encodes more, as measured (``docs/generation.md``, "CUDA: MLX's command buffers").
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
