@@ -59,9 +59,9 @@ class Prediction:
         if self.unfused_attention_bytes < UNFUSED_NOTE_BYTES:
             return []
         return [f"Attention runs unfused on {self.backend} here (float32 queries, or a head size the fused kernels "
-                f"do not take), with up to {self.unfused_attention_bytes / 2**30:.2f} GiB of scores a layer: the "
-                "two such models measured at 8K tokens on an H200 missed their ranges both ways (phi-2 -44%, "
-                "olmo-2-1b +30%), so this peak is uncertain."]
+                f"do not take), with up to {self.unfused_attention_bytes / 2**30:.2f} GiB of scores a layer: of the "
+                "six such models measured at 8K tokens on an H200, five peaked inside their ranges and phi-2 19% "
+                "above its point, so this peak is less certain."]
 
     @property
     def resident_bytes(self) -> int:
