@@ -225,9 +225,8 @@ def run_eval(
         while task_ends and task_ends[0] <= host_t:
             task_ends.popleft()
         if len(task_ends) > max_tasks:
-            if is_gpu:
-                commit(host_t)
-            host_t = task_ends.popleft()
+            resumed = commit(host_t) if is_gpu else host_t  # a buffer that waits holds the host until it is done
+            host_t = max(resumed, task_ends.popleft())
             drain(host_t)
         # 5. detach: an input no later op reads loses this reference
         for x in ins:

@@ -15,6 +15,10 @@ pushed at their exact time (``Clock.at``): ``timeout(t - now)`` may miss ``t`` b
 One ordering differs, by design of a simpy host: a free that lands while the host pays for a system
 allocation (``host_malloc_bytes_per_s``) lands before that op's inputs are detached, not after. Both
 happen before the next malloc, so active bytes at every malloc, hence peaks, are the same.
+
+Whole-model graphs on CUDA (``BackendProfile.model_mlx_elements``, ``model_waiting_gemms``: elements as MLX
+counts them, a host that waits for a float32 GEMM's buffer) are played by ``eval_sim`` alone; the comparison
+covers the KV workload's graphs, which set neither (their arrays keep ``elements`` -1 and ``waits`` off).
 """
 
 from __future__ import annotations
