@@ -70,6 +70,28 @@ def attention_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], floa
     return out
 
 
+def fallback_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """MLX's fallback attention (no fused kernel: a head size cuDNN does not take, or float32), causal, at the
+    shapes kvsim's CUDA plays miss: gemma-3-1b's (4 query, 1 key-value head, 256 wide, bf16), phi-2's float32
+    queries (32 heads, 80 wide) and olmo-2-1b's float32 (16 heads, 128 wide). Work: the full score matrices'
+    arithmetic (the fallback computes every (query, key) pair, masked or not)."""
+    out = []
+    for heads, kv_heads, dim, dtype in ((4, 1, 256, mx.bfloat16), (32, 32, 80, mx.float32), (16, 16, 128, mx.float32)):
+        q = mx.random.normal((1, heads, tokens, dim)).astype(dtype)
+        for keys in (tokens, 4 * tokens):
+            k = mx.random.normal((1, kv_heads, keys, dim)).astype(dtype)
+            v = mx.random.normal((1, kv_heads, keys, dim)).astype(dtype)
+            mx.eval(q, k, v)
+
+            def call(q=q, k=k, v=v, dim=dim) -> mx.array:
+                return mx.fast.scaled_dot_product_attention(q, k, v, scale=dim**-0.5, mask="causal")
+
+            name = "bf16" if dtype == mx.bfloat16 else "fp32"
+            out.append((f"fallback {name} h{heads}/{kv_heads} d{dim} q{tokens} k{keys}", call,
+                        4.0 * heads * tokens * keys * dim))
+    return out
+
+
 def expert_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
     """One expert projection of three MoE models, tokens sorted by expert as ``SwitchGLU`` sorts them."""
     out = []
@@ -156,6 +178,7 @@ def forward_cases(tokens: int, name: str = "llama-3.1-8b-instruct",
 
 def main() -> None:
     groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
+              "fallback": fallback_cases,
               "experts": expert_cases, "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
