@@ -181,7 +181,8 @@ def probe(built: BuiltModel, w: Workload, backend: str, policy: dict[str, Any] |
         evals = replay(recorded, timing).evals
         peaks.append(max(e.peak_bytes for e in evals))
         floor_bytes = max(floor_bytes, built.weights_bytes + max(e.kv_before_bytes for e in evals))
-        if profile.is_gpu and profile.first_eval_point_share > 0 and evals[0].peak_bytes == peaks[0]:
+        first_peaks = len(peaks) == 1 and evals[0].peak_bytes == peaks[0]  # the fitted timing's first eval
+        if profile.is_gpu and profile.first_eval_point_share > 0 and first_peaks:
             rest = [replay(recorded, t).evals for t in (*timings[1:], profile.floor_variant())]
             return Probe(gpu_peak(profile, evals, *rest)[0], True, 1 + len(rest), peaks[0])
     return Probe(point(peaks, floor_bytes), True, len(peaks), peaks[0])
