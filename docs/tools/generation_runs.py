@@ -4,15 +4,20 @@
 as the contract's section 5 measures it (``kvsim.generation.measure``), appended to ``OUT/<split>.jsonl``.
 Runs on the default MLX device: on a CUDA host (``mlx[cuda]``) the same command measures CUDA.
 ``report``: kvsim's prediction of every run in the files given, and the peak error per split.
+``predict``: kvsim's prediction of runs not yet measured (the configs and workloads ``measure`` would take, full
+size), appended to a jsonl file, to be committed before the runs are taken (a held-out set's test).
 
     python docs/tools/generation_runs.py measure --split train --configs llama-3.2-1b-instruct,qwen3-0.6b \\
         --out data/generation/mlx-cpu-0.32.4
     python docs/tools/generation_runs.py report data/generation/mlx-cpu-0.32.4/*.jsonl --backend mlx-cpu
+    python docs/tools/generation_runs.py predict --configs qwen3-0.6b-4bit --workloads 1024:2048:32,8192:2048:16 \
+        --backend mlx-cuda --out data/generation/mlx-cuda-0.32.4/predictions/heldout6.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -82,6 +87,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    import mlx.core as mx
+    import mlx_lm
+
+    from kvsim.generation.model import build_model
+    from kvsim.generation.predict import predict
+    from kvsim.generation.schedule import Workload
+    from kvsim.sim.profile import load_profile
+
+    profile = load_profile(args.backend)
+    model_fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name.startswith("model_")}
+    for name in args.configs.split(","):
+        built = build_model(load_model_config(name))
+        for n, step, k in parse_workloads(args.workloads):
+            p = predict(built, Workload(n, k, prefill_step_size=step), args.backend)
+            row = {"name": name, "prompt_tokens": n, "prefill_step_size": step, "max_tokens": k,
+                   "peak_bytes": p.peak_bytes, "peak_low_bytes": p.peak_low_bytes, "peak_high_bytes": p.peak_high_bytes,
+                   "weights_bytes": p.weights_bytes, "kv_bytes": p.kv_bytes, "backend": args.backend,
+                   "profile_model_fields": model_fields,
+                   "mlx_version": mx.__version__, "mlx_lm_version": mlx_lm.__version__,
+                   "note": "kvsim generate's prediction, made before the run was measured"}
+            append_jsonl(Path(args.out), [row])
+            print(f"{name} N={n}: {p.peak_bytes / 1e9:.2f} GB [{(p.peak_low_bytes or 0) / 1e9:.2f}, "
+                  f"{(p.peak_high_bytes or 0) / 1e9:.2f}]", file=sys.stderr, flush=True)
+    return 0
+
+
 def _existing_file(path: str) -> str:
     """argparse type: a readable file, else one line naming it."""
     if not Path(path).is_file():
@@ -105,6 +137,12 @@ def main() -> int:
     r.add_argument("files", nargs="+", type=_existing_file)
     r.add_argument("--backend", default="mlx-cpu", choices=("mlx-cpu", "mlx-cuda", "mlx-metal"))
     r.set_defaults(func=cmd_report)
+    q = sub.add_parser("predict")
+    q.add_argument("--configs", required=True, help="comma-separated shipped config names (or paths)")
+    q.add_argument("--workloads", default=None, help=f"N:step:K,... (default: {WORKLOADS})")
+    q.add_argument("--backend", default="mlx-cuda", choices=("mlx-cpu", "mlx-cuda", "mlx-metal"))
+    q.add_argument("--out", required=True, help="jsonl file the predictions are appended to")
+    q.set_defaults(func=cmd_predict)
     args = parser.parse_args()
     return int(args.func(args))
 

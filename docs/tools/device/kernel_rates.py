@@ -29,8 +29,10 @@ def seconds(fn: Callable[[], mx.array]) -> tuple[float, float]:
     times = []
     for _ in range(WARM + TIMED):
         start = time.perf_counter()
-        mx.eval(fn())
+        out = fn()
+        mx.eval(out)
         mx.synchronize()
+        del out
         times.append(time.perf_counter() - start)
     return statistics.median(times[WARM:]), times[0]
 
@@ -89,6 +91,57 @@ def fallback_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float
             name = "bf16" if dtype == mx.bfloat16 else "fp32"
             out.append((f"fallback {name} h{heads}/{kv_heads} d{dim} q{tokens} k{keys}", call,
                         4.0 * heads * tokens * keys * dim))
+    return out
+
+
+FALLBACK_SHAPES = ((4, 1, 256, "bf16"), (8, 4, 256, "bf16"), (32, 32, 80, "fp32"), (16, 16, 128, "fp32"))
+"""Query heads, key-value heads, head size and dtype of the fallback attentions kvsim plays: gemma-3-1b,
+gemma-2-2b (a head size cuDNN does not take), phi-2 and olmo-2-1b (float32)."""
+
+COPIES = int(os.environ.get("COPIES", 8))
+
+
+def fallback_op_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """Each op of MLX's fallback attention (``mlx/fast.cpp``: scale, ``q @ k.T``, causal mask, precise softmax,
+    ``@ v``) alone, its inputs evaluated first, ``COPIES`` independent copies in one eval so the device, not
+    the host's launches, sets the time: ``seconds`` is a copy's share. Work: bytes each copy reads and writes,
+    plus (matmuls) its arithmetic in ``flops``; the rate reads as bytes per second."""
+    out = []
+    for heads, kv_heads, dim, name in FALLBACK_SHAPES:
+        dtype = mx.bfloat16 if name == "bf16" else mx.float32
+        reps = heads // kv_heads
+        q = mx.random.normal((1, heads, tokens, dim)).astype(dtype)
+        qs = mx.unflatten(q * dim**-0.5, 1, (kv_heads, reps)) if reps > 1 else q * dim**-0.5
+        for keys in (tokens, 4 * tokens):
+            k = mx.random.normal((1, kv_heads, keys, dim)).astype(dtype)
+            v = mx.random.normal((1, kv_heads, keys, dim)).astype(dtype)
+            if reps > 1:
+                k, v = mx.expand_dims(k, 2), mx.expand_dims(v, 2)
+            scores = qs @ mx.swapaxes(k, -1, -2)
+            m = mx.greater_equal(mx.expand_dims(mx.arange(keys - tokens, keys), 1), mx.expand_dims(mx.arange(keys), 0))
+            masked = mx.where(m, scores, mx.array(mx.finfo(scores.dtype).min, scores.dtype))
+            probs = mx.softmax(masked, axis=-1, precise=True)
+            mx.eval(q, qs, k, v, scores, m, masked, probs)
+            sb, qb, kb = scores.nbytes, qs.nbytes, k.nbytes
+            pairs_flops = 2.0 * heads * tokens * keys * dim
+            ops = (("scale", lambda q=q, d=dim: q * d**-0.5, 2 * q.nbytes),
+                   ("q@k.T", lambda qs=qs, k=k: qs @ mx.swapaxes(k, -1, -2), qb + kb + sb),
+                   ("mask", lambda n=keys: mx.greater_equal(mx.expand_dims(mx.arange(n - tokens, n), 1),
+                                                            mx.expand_dims(mx.arange(n), 0)), m.nbytes),
+                   ("where", lambda m=m, s=scores: mx.where(m, s, mx.array(mx.finfo(s.dtype).min, s.dtype)),
+                    2 * sb + m.nbytes),
+                   ("softmax", lambda x=masked: mx.softmax(x, axis=-1, precise=True), 2 * sb),
+                   ("p@v", lambda p=probs, v=v: p @ v, sb + kb + qb),
+                   ("whole", lambda q=q, k=k[:, :, 0] if reps > 1 else k, v=v[:, :, 0] if reps > 1 else v, d=dim:
+                    mx.fast.scaled_dot_product_attention(q, k, v, scale=d**-0.5, mask="causal"), 0))
+            for op, fn, moved in ops:
+                def call(fn=fn) -> list[mx.array]:
+                    return [fn() for _ in range(COPIES)]
+                call.copies = COPIES
+                row_flops = {"q@k.T": pairs_flops, "p@v": pairs_flops, "whole": 2 * pairs_flops}.get(op, 0.0)
+                out.append((f"fallback-op {op} {name} h{heads}/{kv_heads} d{dim} q{tokens} k{keys}", call,
+                            float(moved)))
+                call.flops = row_flops
     return out
 
 
@@ -178,7 +231,7 @@ def forward_cases(tokens: int, name: str = "llama-3.1-8b-instruct",
 
 def main() -> None:
     groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
-              "fallback": fallback_cases,
+              "fallback": fallback_cases, "fallback_ops": fallback_op_cases,
               "experts": expert_cases, "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
@@ -189,7 +242,11 @@ def main() -> None:
         for label, fn, work in groups[group](int(tokens)):
             print(f"{label:48s}", end="", flush=True)
             s, first_s = seconds(fn)
+            copies = getattr(fn, "copies", 1)  # several copies in one eval: a copy's share
+            s, first_s = s / copies, first_s / copies
             rows.append({"case": label, "seconds": s, "first_seconds": first_s, "work": work, "rate_per_s": work / s})
+            if copies > 1:
+                rows[-1].update(copies=copies, flops=getattr(fn, "flops", 0.0))
             encode = getattr(fn, "encode_s", None)
             if encode:
                 rows[-1]["host_encode_seconds"] = statistics.median(encode[-TIMED:])
