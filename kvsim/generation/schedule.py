@@ -354,12 +354,15 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
 
 
 def generation_profile(profile: BackendProfile) -> BackendProfile:
-    """``profile`` as it plays whole-model graphs: its in-flight task count (``model_max_active_tasks``)
-    and the device's bandwidth for a model's activations (``model_device_bytes_per_s``), where it sets them:
-    ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
-    tasks, bytes_per_s = profile.model_max_active_tasks, profile.model_device_bytes_per_s
-    return replace(profile, max_active_tasks=tasks if tasks > 0 else profile.max_active_tasks,
-                   device_bytes_per_s=bytes_per_s if bytes_per_s > 0 else profile.device_bytes_per_s)
+    """``profile`` as it plays whole-model graphs: its in-flight task count (``model_max_active_tasks``), the
+    device's bandwidth and cost per kernel for a model's activations (``model_device_bytes_per_s``,
+    ``model_device_dispatch_s``) and the host's cost per node and launch (``model_host_node_s``,
+    ``model_host_kernel_s``), where it sets them: ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
+    p = profile
+    fields = {"max_active_tasks": p.model_max_active_tasks, "device_bytes_per_s": p.model_device_bytes_per_s,
+              "device_dispatch_s": p.model_device_dispatch_s, "host_node_s": p.model_host_node_s,
+              "host_kernel_s": p.model_host_kernel_s}
+    return replace(p, **{k: v for k, v in fields.items() if v > 0})
 
 
 def _chunks(w: Workload) -> list[int]:

@@ -72,6 +72,10 @@ class BackendProfile:
     (``CommandEncoder::set_input_array`` adds ``data_size()``); and where ``model_waiting_gemms`` is set the
     host waits for a command buffer that holds a float32 GEMM over one matrix (a float32 model's linear
     layers) to complete before it encodes more, as measured (``docs/generation.md``, "CUDA: MLX's command buffers").
+    ``model_host_node_s``, ``model_host_kernel_s`` and ``model_device_dispatch_s`` time a whole model's host
+    and device apart from the KV workload's fit, and ``model_host_kernel_low_s`` / ``_high_s`` play the range's
+    ends with the slowest and fastest host measured (0: the KV workload's; none is set in a shipped profile: the
+    measured candidate was rejected on train, ``docs/generation.md``, "CUDA: run-to-run spread").
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -130,6 +134,11 @@ class BackendProfile:
     gather_qmm_flops_per_s: float = 0.0  # whole-model graphs: a quantized expert matmul's rate; 0: matmul_flops_per_s
     attention_flops_per_s: float = 0.0  # whole-model graphs: a fused attention kernel's rate; 0: its bytes alone time it
     model_device_bytes_per_s: float = 0.0  # whole-model graphs: the device's bytes per second; 0: device_bytes_per_s
+    model_host_node_s: float = 0.0  # whole-model graphs: the host's seconds per graph node (measured); 0: host_node_s
+    model_host_kernel_s: float = 0.0  # whole-model graphs: the host's seconds per kernel launch (measured); 0: host_kernel_s
+    model_host_kernel_low_s: float = 0.0  # whole-model graphs, the range's low end: the slowest host measured; 0: model_host_kernel_s
+    model_host_kernel_high_s: float = 0.0  # whole-model graphs, the range's high end: the fastest host measured; 0: model_host_kernel_s
+    model_device_dispatch_s: float = 0.0  # whole-model graphs: the device's seconds per kernel beyond its bytes (measured); 0: device_dispatch_s
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
@@ -164,6 +173,7 @@ class BackendProfile:
             "graph_nodes_per_kernel": getattr(self, f"graph_nodes_per_kernel_{end}"),
             "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
             "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
+            "model_host_kernel_s": getattr(self, f"model_host_kernel_{end}_s") or self.model_host_kernel_s,
         })
 
     def floor_variant(self) -> BackendProfile:
@@ -171,7 +181,7 @@ class BackendProfile:
         time and handlers no lag, so each buffer completes and frees its inputs when it is committed.
         Matmul workspaces (a measured lookup, not derived) are left out, so its peak is a floor."""
         return replace(self, device_bytes_per_s=math.inf, model_device_bytes_per_s=math.inf, device_dispatch_s=0.0,
-                       completion_lag_s=0.0, matmul_workspace="")
+                       model_device_dispatch_s=0.0, completion_lag_s=0.0, matmul_workspace="")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
