@@ -38,7 +38,15 @@ WIDTHS = {"phi-2": {"hidden_size": 320}}
 
 def parse_workloads(text: str | None) -> list[tuple[int, ...]]:
     """``N:step:K,...`` as (prompt tokens, prefill step size, max tokens) tuples; ``WORKLOADS`` if empty."""
-    return [tuple(int(x) for x in w.split(":")) for w in text.split(",")] if text else list(WORKLOADS)
+    if not text:
+        return list(WORKLOADS)
+    try:
+        out = [tuple(int(x) for x in w.split(":")) for w in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or any(len(w) != 3 or min(w) < 1 for w in out):
+        raise SystemExit(f"generation_runs: --workloads wants N:step:K,... of positive integers, got {text!r}")
+    return out
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -98,9 +106,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.backend)
     model_fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name.startswith("model_")}
+    workloads = parse_workloads(args.workloads)
     for name in args.configs.split(","):
         built = build_model(load_model_config(name))
-        for n, step, k in parse_workloads(args.workloads):
+        for n, step, k in workloads:
             p = predict(built, Workload(n, k, prefill_step_size=step), args.backend)
             row = {"name": name, "prompt_tokens": n, "prefill_step_size": step, "max_tokens": k,
                    "peak_bytes": p.peak_bytes, "peak_low_bytes": p.peak_low_bytes, "peak_high_bytes": p.peak_high_bytes,
@@ -144,7 +153,12 @@ def main() -> int:
     q.add_argument("--out", required=True, help="jsonl file the predictions are appended to")
     q.set_defaults(func=cmd_predict)
     args = parser.parse_args()
-    return int(args.func(args))
+    from kvsim.core.errors import KvsimError
+
+    try:
+        return int(args.func(args))
+    except KvsimError as e:  # a config name or field: one line, not a traceback
+        raise SystemExit(f"generation_runs: {e}") from None
 
 
 if __name__ == "__main__":
