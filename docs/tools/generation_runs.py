@@ -10,7 +10,7 @@ size), appended to a jsonl file, to be committed before the runs are taken (a he
     python docs/tools/generation_runs.py measure --split train --configs llama-3.2-1b-instruct,qwen3-0.6b \\
         --out data/generation/mlx-cpu-0.32.4
     python docs/tools/generation_runs.py report data/generation/mlx-cpu-0.32.4/*.jsonl --backend mlx-cpu
-    python docs/tools/generation_runs.py predict --configs qwen3-0.6b-4bit --workloads 1024:2048:32,8192:2048:16 \
+    python docs/tools/generation_runs.py predict --configs qwen3-0.6b-4bit --workloads 1024:2048:32,8192:2048:16 \\
         --backend mlx-cuda --out data/generation/mlx-cuda-0.32.4/predictions/heldout6.jsonl
 """
 

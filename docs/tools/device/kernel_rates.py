@@ -138,10 +138,9 @@ def fallback_op_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], fl
                 def call(fn=fn) -> list[mx.array]:
                     return [fn() for _ in range(COPIES)]
                 call.copies = COPIES
-                row_flops = {"q@k.T": pairs_flops, "p@v": pairs_flops, "whole": 2 * pairs_flops}.get(op, 0.0)
+                call.flops = {"q@k.T": pairs_flops, "p@v": pairs_flops, "whole": 2 * pairs_flops}.get(op, 0.0)
                 out.append((f"fallback-op {op} {name} h{heads}/{kv_heads} d{dim} q{tokens} k{keys}", call,
                             float(moved)))
-                call.flops = row_flops
     return out
 
 
