@@ -1,5 +1,5 @@
 """Whole-model host and device times apart from the KV workload's (``BackendProfile.model_host_*``,
-``model_device_dispatch_s``; ``docs/generation.md``, "CUDA: the host's time per op, and run-to-run spread"):
+``model_device_dispatch_s``; ``docs/generation.md``, "CUDA: run-to-run spread, the host's time per op"):
 ``generation_profile`` puts them in place, the range's ends take their own host, the floor none of the device's."""
 
 from __future__ import annotations

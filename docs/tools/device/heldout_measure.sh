@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sourced by a held-out set's device script (generation_heldout4.sh, generation_heldout5.sh), after
+# Sourced by the device scripts that measure generations (generation_heldout4.sh to generation_heldout6.sh,
+# generation_repeats2.sh, generation_first_evals.sh; the last two define their own runner beside `m`), after
 # docs/tools/device/device_stage.sh: unpack MLX, record the device, and define `m SECONDS CONFIG`, which
 # measures CONFIG's 1K and 8K generations at full size into $OUT/$GEN in a process of its own, its 1K run first
 # (the process's first eval), until DEADLINE_S (default 540) is spent. Env: GEN (the output folder's name).
