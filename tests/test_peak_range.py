@@ -137,3 +137,17 @@ def test_a_first_eval_range_reaches_down_to_its_floor() -> None:
     assert low <= 13.40 <= high
     assert reach_floor(p, 11.00, 14.74, 13.40, 11.43) == (11.00, 14.74)  # reached already
     assert reach_floor(p, 11.57, 15.50, 13.40, 9.00) == (11.57, 15.50)  # 9.0 x 0.98 x 1.34 < 13.40
+
+
+def test_a_first_eval_point_under_the_plays_window_takes_a_window_of_its_own() -> None:
+    """A point under the plays' low end (stream fences cut the first eval far under its fitted play) gets the
+    window of ``range_max_width`` placed on it as ``bound_range`` places one, never under the floor's reach."""
+    from kvsim.sim.peak_range import reach_floor
+
+    p = load_profile("mlx-cuda")
+    width, share = p.range_max_width, p.range_low_share
+    low, high = reach_floor(p, 7.0, 9.3, 6.4, 4.8)
+    assert low == pytest.approx(6.4 / width**share) and high == pytest.approx(low * width)
+    assert low <= 6.4 <= high
+    low, high = reach_floor(p, 7.0, 9.3, 6.4, 5.9)  # the floor's reach bounds the low end
+    assert low == pytest.approx(5.9 * (1 - p.range_floor_margin)) and low <= 6.4 <= high <= low * width

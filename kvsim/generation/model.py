@@ -10,6 +10,7 @@ replaced by a zero-strided broadcast of one scalar: right shape and dtype, no me
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -144,6 +145,28 @@ def _quantize(model: nn.Module, q: dict[str, Any]) -> None:
         return model_predicate(path, m) if model_predicate is not None else True
 
     nn.quantize(model, group_size=group_size, bits=bits, mode=mode, class_predicate=predicate)
+
+
+VIEW_PRIMITIVES = frozenset({"Broadcast", "Reshape", "Slice", "Squeeze", "ExpandDims", "Transpose"})
+"""Primitives of ``mx.export_to_dot`` that launch no kernel."""
+
+
+def lazy_state(model: nn.Module) -> list[tuple[mx.array, int]]:
+    """Arrays the model's modules keep outside their parameters (a ``_`` attribute) that building the model
+    left unevaluated, each with the kernels its graph runs: mlx-lm's ``Llama3RoPE``, ``YarnRoPE`` and
+    ``SuScaledRoPE`` keep their frequencies as ``_freqs``, and ``load_model`` evaluates the parameters only,
+    so the first eval that reads them computes them, on the stream the model was built on. Read through
+    ``mx.export_to_dot``: an evaluated array has no primitive node."""
+    out = []
+    for _, module in model.named_modules():
+        for key, value in module.items():
+            if key.startswith("_") and isinstance(value, mx.array):
+                dot = io.StringIO()
+                mx.export_to_dot(dot, value)
+                prims = re.findall(r'label ="(\w+)"', dot.getvalue())
+                if prims:
+                    out.append((value, sum(p not in VIEW_PRIMITIVES for p in prims)))
+    return out
 
 
 def _stand_in(model: nn.Module) -> None:

@@ -24,7 +24,7 @@ from mlx.utils import tree_flatten
 
 from kvsim.generation.cache_carry import CarriedCache
 from kvsim.generation.kernels import metal_kernels
-from kvsim.generation.model import BuiltModel
+from kvsim.generation.model import BuiltModel, lazy_state
 from kvsim.generation.trace import EvalGraph, Trace, subgraph, tracing
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
@@ -106,6 +106,9 @@ class TraceSettings:
     """Ops follow the CPU backend's implementations (``Trace.cpu``)."""
     kernel_bytes_per_flop: tuple[tuple[str, float], ...] = ()
     """Traced primitives whose arithmetic the profile times at its own rate, and their bytes per flop."""
+    stream_fences: bool = False
+    """The model's lazy state is traced as another stream's ops that its first readers fence on
+    (``BackendProfile.model_stream_fences``, ``kvsim.generation.model.lazy_state``)."""
 
 
 KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic rate (0: matmul_flops_per_s)
@@ -122,7 +125,8 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
     bytes_per_s = p.device_bytes_per_s
     kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
                     if getattr(p, field) > 0)
-    return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels)
+    return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels,
+                         p.model_stream_fences)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +321,8 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     decode ``_step``s, each ``mx.async_eval``-ed. A step whose memory repeats an earlier one's at a smaller
     context is not played: prefill chunks between the first and the last two, and decode steps in which
     no cache changes size; they advance the caches by their rows untraced (where the caches allow it).
+    Under ``stream_fences`` the model's lazy state (``lazy_state``) enters the trace unevaluated, built on
+    another stream than ``generate_step``'s ``generation_stream``: the first eval that reads it computes it.
     """
     w = workload
     from mlx_lm.models.cache import make_prompt_cache
@@ -327,11 +333,14 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     mx.eval(prompt)
     chunks = _chunks(w)
     events: list[Event] = []
+    lazy = lazy_state(built.model) if settings.stream_fences else []
     with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t, \
             metal_kernels(t, profile):
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
+        for a, kernels in lazy if settings.stream_fences else ():
+            t.pending(a, kernels)
         for i, n in enumerate(chunks):
             if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
                 built.model(prompt[:, :n], cache=cache)

@@ -143,6 +143,12 @@ class Trace:
         self.known_leaves.update(id(a) for a in arrays)
         self.keep.extend(arrays)
 
+    def pending(self, a: mx.array, kernels: int) -> int:
+        """Register ``a`` as another stream's unevaluated result (``Array.fenced``) of ``kernels`` kernels."""
+        n = self.graph.op("Fenced", [], a.nbytes, kernels=kernels)
+        self.graph.arrays[n].fenced = True
+        return self.bind(a, n)
+
     def evaluated_leaf(self, a: mx.array) -> int:
         """Register ``a`` as an evaluated array holding its own buffer (a cache advanced untraced)."""
         n = self.node_of.get(id(a))
@@ -709,7 +715,7 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
         index[n] = len(local.arrays)
         local.arrays.append(Array(a.nbytes, a.prim, [index[i] for i in a.inputs], a.kernels, a.work_bytes,
                                   a.donors, n in held_nodes, eager=a.eager, elements=elements(t, n),
-                                  waits=a.waits))
+                                  waits=a.waits, fenced=a.fenced))
     for n in reach:
         if arrays[n].siblings and n in index:
             local.arrays[index[n]].siblings = [index[s] for s in arrays[n].siblings if s in index]

@@ -6,7 +6,11 @@ input's buffer until the work holding it completes: a CPU task (``dispatches_per
 dispatches run by a worker thread) or a GPU command buffer (committed every
 ``commit_ops`` ops or ``commit_elements`` input elements, freed ``completion_lag_s`` after
 it finishes). The host waits while more than ``max_active_tasks`` tasks are in flight, and for a command
-buffer holding an op that ``waits`` (``BackendProfile.model_waiting_gemms``).
+buffer holding an op that ``waits`` (``BackendProfile.model_waiting_gemms``). An op that reads a ``fenced``
+array (another stream's result in the same eval, ``BackendProfile.model_stream_fences``) waits on its fence:
+the open buffer is committed (not an in-flight task) and the host waits for that stream's buffer, which runs
+beside this stream's work (MLX's ``eval_impl`` ``needs_fence``, ``Fence::wait``; the commits are measured,
+``docs/generation.md``, "CUDA: stream fences").
 Frees land at their completion times, mallocs at host times; the allocator sees them in
 time order, which is what decides the peak.
 """
@@ -132,8 +136,9 @@ def run_eval(
     open_work_s = 0.0
     open_waits = False
 
-    def commit(t: float) -> float:
-        """Close the open GPU command buffer: it runs after the device's last work, then frees what it held."""
+    def commit(t: float, task: bool = True) -> float:
+        """Close the open GPU command buffer: it runs after the device's last work, then frees what it held.
+        ``task``: MLX counts it toward ``MAX_ACTIVE_TASKS`` (``gpu::eval``'s commits; not a fence's)."""
         nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s, open_waits
         if open_ops == 0:
             return t
@@ -142,7 +147,8 @@ def run_eval(
         if state.commit_nodes is not None:
             state.commit_nodes.append(round(open_ops))
         done = end + profile.completion_lag_s
-        task_ends.append(done)
+        if task:
+            task_ends.append(done)
         frees.append((done, open_held))
         waits, open_waits = open_waits and waiting, False
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
@@ -155,6 +161,7 @@ def run_eval(
     stall_op = profile.host_stall_op  # analysis only (BackendProfile.host_stall_op); -1 in predictions
     malloc_rate, alloc, new = profile.host_malloc_bytes_per_s, buffers.alloc, buffers.new
     phase = state.dispatch_phase
+    fence_done: dict[int, float] = {}  # arrays another stream computed in this eval -> when their buffer is done
     for k, a in enumerate(order):
         arr = arrays[a]
         ins, kernels = arr.inputs, arr.kernels
@@ -162,6 +169,8 @@ def run_eval(
         if k == stall_op:  # a busy host: the host thread waits while the worker catches up
             host_t = max(host_t, device_free_t)
         host_t += node_s + kernels * kernel_s
+        if fence_done and any(x in fence_done for x in ins):  # it reads another stream's result: a fence
+            host_t = max(commit(host_t, task=False), *(fence_done[x] for x in ins if x in fence_done))
         if frees and frees[0][0] <= host_t:
             drain(host_t)
         # 2. its output: a view of its input, a donated input buffer, or a fresh allocation
@@ -200,7 +209,10 @@ def run_eval(
                 held.append(b)
                 table[b].refs += 1
         work_s = kernels * dispatch_s + arr.work_bytes / bytes_per_s
-        if is_gpu:
+        if is_gpu and arr.fenced:  # another stream's buffer, committed by the fence's signal (not a task); it
+            fence_done[a] = host_t + work_s + profile.completion_lag_s  # runs beside this stream's work
+            frees.append((max(fence_done[a], frees[-1][0] if frees else 0.0), held))
+        elif is_gpu:
             open_held.extend(held)
             open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
             if kernels:  # MLX counts input elements, not bytes (2-byte elements where not known)

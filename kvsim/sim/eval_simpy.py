@@ -16,9 +16,10 @@ One ordering differs, by design of a simpy host: a free that lands while the hos
 allocation (``host_malloc_bytes_per_s``) lands before that op's inputs are detached, not after. Both
 happen before the next malloc, so active bytes at every malloc, hence peaks, are the same.
 
-Whole-model graphs on CUDA (``BackendProfile.model_mlx_elements``, ``model_waiting_gemms``: elements as MLX
-counts them, a host that waits for a float32 GEMM's buffer) are played by ``eval_sim`` alone; the comparison
-covers the KV workload's graphs, which set neither (their arrays keep ``elements`` -1 and ``waits`` off).
+Whole-model graphs on CUDA (``BackendProfile.model_mlx_elements``, ``model_waiting_gemms``,
+``model_stream_fences``: elements as MLX counts them, a host that waits for a float32 GEMM's buffer, stream
+fences) are played by ``eval_sim`` alone; the comparison covers the KV workload's graphs, which set none (their
+arrays keep ``elements`` -1 and ``waits`` and ``fenced`` off).
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ class Array:
         elements: Elements MLX counts when a kernel reads it (``data_size()``, toward a CUDA command
             buffer's element limit), a leaf's (weights) included; -1: not known, ``nbytes / 2``.
         waits: CUDA: the host waits for the command buffer holding this op to complete (a float32 GEMM).
+        fenced: Computed on another stream than the eval's (a model's lazy state, built on the default
+            stream): its kernels run in a command buffer of their own, committed when it is done, and every
+            op that reads it in the same eval waits on its fence (``eval_impl``'s ``needs_fence``).
     """
 
     nbytes: int
@@ -51,6 +54,7 @@ class Array:
     gpu_temps_bytes: tuple[int, ...] = ()
     elements: int = -1
     waits: bool = False
+    fenced: bool = False
 
     @property
     def is_view(self) -> bool:

@@ -90,11 +90,17 @@ def reach_floor(profile: BackendProfile, low: float, high: float, point: float, 
     eval's floor (``1 - range_floor_margin`` of it), where a host still building kernels and CUDA graphs lets
     the device free every command buffer as it is committed; the high end is cut to keep the width at most
     ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: measured kernel rates and a
-    process's first eval")."""
+    process's first eval"). A point under the plays' window (a first eval whose command buffers stream fences
+    cut, far under its fitted play) takes the window of ``range_max_width`` placed on it as ``bound_range``
+    places one, its low end never under the floor's reach."""
     reach = floor * (1 - profile.range_floor_margin)
-    if reach >= low or point > reach * profile.range_max_width:
+    width = profile.range_max_width
+    if point < low:
+        low = max(reach, point / width**profile.range_low_share)
+        return low, max(min(high, low * width), point)
+    if reach >= low or point > reach * width:
         return low, high
-    return reach, max(min(high, reach * profile.range_max_width), point)
+    return reach, max(min(high, reach * width), point)
 
 
 def peak_of(engine: Engine) -> int:
