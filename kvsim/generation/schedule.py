@@ -339,7 +339,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
-        for a, kernels in lazy if settings.stream_fences else ():
+        for a, kernels in lazy:
             t.pending(a, kernels)
         for i, n in enumerate(chunks):
             if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
