@@ -157,10 +157,11 @@ def lazy_state(model: nn.Module) -> list[tuple[mx.array, int]]:
     ``SuScaledRoPE`` keep their frequencies as ``_freqs``, and ``load_model`` evaluates the parameters only,
     so the first eval that reads them computes them, on the stream the model was built on. Read through
     ``mx.export_to_dot``: an evaluated array has no primitive node."""
-    out = []
+    out, seen = [], set()
     for _, module in model.named_modules():
         for key, value in module.items():
-            if key.startswith("_") and isinstance(value, mx.array):
+            if key.startswith("_") and isinstance(value, mx.array) and id(value) not in seen:
+                seen.add(id(value))  # a module shared by several layers is listed under each
                 dot = io.StringIO()
                 mx.export_to_dot(dot, value)
                 prims = re.findall(r'label ="(\w+)"', dot.getvalue())
