@@ -185,6 +185,8 @@ class Player:
     evals: list[EvalPeak] = field(default_factory=list)
     carry: CarriedCache = field(init=False)
     """MLX's buffer cache from eval to eval (``kvsim.generation.cache_carry``)."""
+    commits: list[list[int]] | None = None
+    """Analysis: where a list, each played eval appends its GPU command buffers' node counts."""
 
     def __post_init__(self) -> None:
         self.carry = CarriedCache(self.profile)
@@ -216,7 +218,10 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        run_eval(ev.graph, leaves, buffers, self.profile, EvalState())
+        state = EvalState(commit_nodes=None if self.commits is None else [])
+        run_eval(ev.graph, leaves, buffers, self.profile, state)
+        if self.commits is not None:
+            self.commits.append(state.commit_nodes)
         self.carry.played(alloc, rec.phase, [n for b, n in state_lengths.items() if b not in buffers.table])
         self.evals.append(EvalPeak(rec.phase, rec.offset, 0, self.weights_bytes + max(alloc.peak_bytes, kv_before),
                                    kv_before, rec.kv_after_bytes, alloc.cache_bytes,
@@ -287,16 +292,17 @@ def play(built: BuiltModel, workload: Workload, profile: BackendProfile,
     return replay(recorded, profile), recorded.kv_bytes
 
 
-def replay(recorded: GenerationTrace, profile: BackendProfile) -> Player:
+def replay(recorded: GenerationTrace, profile: BackendProfile, commits: list[list[int]] | None = None) -> Player:
     """Play a recorded generation under ``profile``: any timing of the profile it was recorded under (its
     ``variant``s share its trace settings; ``floor_variant``'s device takes no time, so the matmuls' work
-    bytes, the one setting it changes, time nothing: ``eval_sim.run_eval``'s ``work_bytes / bytes_per_s``)."""
+    bytes, the one setting it changes, time nothing: ``eval_sim.run_eval``'s ``work_bytes / bytes_per_s``).
+    ``commits``: ``Player.commits``."""
     profile = generation_profile(profile)
     settings = trace_settings(profile)
     if not _replayable(recorded.settings, settings, profile):
         raise ValueError(f"profile: {profile.name}'s trace settings {settings} differ from the recorded "
                          f"{recorded.settings}")
-    player = Player(recorded.weights_bytes, profile)
+    player = Player(recorded.weights_bytes, profile, commits=commits)
     for e in recorded.events:
         player.event(e)
     return player
