@@ -67,3 +67,14 @@ def test_a_waiting_host_frees_each_buffer_before_it_goes_on() -> None:
     waiting, floor = peak(profile), peak(profile.floor_variant())
     ahead = peak(replace(profile, model_waiting_gemms=False))
     assert waiting == floor < ahead
+
+
+def test_a_cast_kvsim_adds_counts_its_elements() -> None:
+    """phi-2 attends in float32 over float16 keys and values: MLX casts them (``AsType``, ``ops.cpp``'s ``matmul``) and
+    a command buffer counts each cast's elements, not its bytes / 2 (which is twice a float32 array's count)."""
+    config = scale_config(load_model_config("phi-2").config, LAYERS, hidden_size=320, num_attention_heads=4,
+                          num_key_value_heads=4, intermediate_size=768, vocab_size=8192)  # heads 80 wide, as phi-2's
+    arrays = _prefill(build_model(ModelConfig(config, "phi-2-small")), "mlx-cuda")
+    casts = [a for a in arrays if a.prim == "AsType" and a.elements > 0 and a.nbytes == 4 * a.elements]
+    assert casts
+    assert all(a.prim != "AsType" or a.elements * (a.nbytes // max(a.elements, 1)) == a.nbytes for a in arrays)

@@ -149,6 +149,13 @@ class Trace:
         self.graph.arrays[n].fenced = True
         return self.bind(a, n)
 
+    def internal(self, prim: str, inputs: list[int], shape: tuple[int, ...], dtype: mx.Dtype, kernels: int = 1) -> int:
+        """A node MLX makes that Python never sees (an operand's cast, a copy): its bytes, and its shape, so a CUDA
+        command buffer counts its elements (``elements``), not its bytes / 2 (twice a float32 array's)."""
+        n = self.graph.op(prim, inputs, math.prod(shape) * dtype.size, kernels=kernels)
+        self.shapes[n] = (tuple(shape), dtype)
+        return n
+
     def evaluated_leaf(self, a: mx.array) -> int:
         """Register ``a`` as an evaluated array holding its own buffer (a cache advanced untraced)."""
         n = self.node_of.get(id(a))
@@ -259,7 +266,7 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         operands = [(outs[0].shape, broadcast_strides(a.shape, t.strides(i, a.shape), outs[0].shape))
                     for a, i in zip(arrays, ins)]
         if elementwise:  # binary.cpp / ops.cpp: operands cast to the result type first (a bool condition stays)
-            ins = [t.graph.op("AsType", [i], a.size * outs[0].dtype.size)
+            ins = [t.internal("AsType", [i], a.shape, outs[0].dtype)
                    if a.dtype != outs[0].dtype and a.dtype != mx.bool_ and a.size > 1 else i
                    for i, a in zip(ins, arrays)]
             ins = [t.graph.view("Broadcast", i) if a.shape != outs[0].shape else i for i, a in zip(ins, arrays)]
@@ -316,13 +323,13 @@ def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
     nodes, layouts = list(ins), [t.strides(ins[0], a.shape), t.strides(ins[1], b.shape)]
     for k, x in enumerate((a, b)):
         if x.dtype != out.dtype:  # type promotion: a unary AsType keeps a dense operand's strides
-            nodes[k] = g.op("AsType", [nodes[k]], x.size * out.dtype.size)
+            nodes[k] = t.internal("AsType", [nodes[k]], x.shape, out.dtype)
             layouts[k] = layouts[k] if dense(x.shape, layouts[k]) else row_major(x.shape)
     flat = a.ndim > 2 and b.ndim <= 2
     if flat:
         rows = (math.prod(a.shape[:-1]), a.shape[-1])
         strides = reshape_strides(a.shape, layouts[0], rows)
-        nodes[0] = g.op("Reshape", [nodes[0]], math.prod(rows) * out.dtype.size) if strides is None \
+        nodes[0] = t.internal("Reshape", [nodes[0]], rows, out.dtype) if strides is None \
             else g.view("Broadcast", nodes[0])
         shapes[0], layouts[0] = rows, strides or row_major(rows)
     elif a.ndim > 2 or b.ndim > 2:
@@ -337,7 +344,7 @@ def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
         if matmul_operand_copied(shapes[k], layouts[k]):
             held.append(nodes[k])
             # one dispatch on the CPU: the copy is the matmul's own (matmul_general), under the matmul's holder
-            nodes[k] = g.op("Copy", [nodes[k]], math.prod(shapes[k]) * out.dtype.size, kernels=0 if t.cpu else 1)
+            nodes[k] = t.internal("Copy", [nodes[k]], tuple(shapes[k]), out.dtype, kernels=0 if t.cpu else 1)
     flops = 2 * out.size * a.shape[-1]
     n = t.op("Matmul", nodes + held, out, flops=flops)
     _float32_gemm(t, n, out, batched=not flat and max(a.ndim, b.ndim) > 2)
@@ -525,7 +532,7 @@ def _wrap_setitem(t: Trace, fn: Callable) -> Callable:
         if isinstance(value, mx.array) and _whole(a.shape, index):  # ops.cpp: the update itself, no SliceUpdate
             n, strides = vin[0], broadcast_strides(value.shape, t.strides(vin[0], value.shape), a.shape)
             if value.dtype != a.dtype:
-                n = t.graph.op("AsType", [n], value.size * a.dtype.size)
+                n = t.internal("AsType", [n], value.shape, a.dtype)
                 strides = strides if dense(value.shape, strides) else row_major(a.shape)
             t.bind(a, n if value.shape == a.shape else t.graph.view("Broadcast", n), strides)
             return
