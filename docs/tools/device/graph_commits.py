@@ -42,7 +42,7 @@ def kernel_name(label: str) -> str:
     return (m.group(1) if m else label.split("\\n")[0])[:60]
 
 
-def generate(args: argparse.Namespace, model: Any, prompt_tokens: int) -> None:
+def generate(model: Any, prompt_tokens: int) -> None:
     """A short generation, its results discarded."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if dots:
         dots.mkdir(parents=True, exist_ok=True)
     for _ in range(args.warmup):  # kernels compiled and plans cached: a process's first eval is its own case
-        generate(args, build_model(load_model_config(args.config), stand_in=False).model, prompt_tokens=64)
+        generate(build_model(load_model_config(args.config), stand_in=False).model, prompt_tokens=64)
     mx.random.seed(0)
     built = build_model(load_model_config(args.config), stand_in=False)
     mx.eval(built.model.parameters())
