@@ -4,18 +4,27 @@ command buffers"): every kernel input counts its elements toward a buffer's limi
 
 from __future__ import annotations
 
+import json
+import lzma
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from mlx.utils import tree_flatten
 
+from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import scale_config
-from kvsim.generation.model import BuiltModel, build_model
+from kvsim.generation.model import BuiltModel, build_model, lazy_state
 from kvsim.generation.schedule import RecordedEval, Workload, record, replay
 from kvsim.sim.graph import Array
 from kvsim.sim.profile import load_profile
 
+KERNELS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4" / "kernels"
+FUSED_KERNEL = re.compile(r"_ZN3mlx4core2cu\d+[A-Z]")
+"""A kernel MLX's CUDA backend generates for a ``Compiled`` primitive: its name spells the fused ops
+(``Cf4ISigmoidADf4IBroadcast...``), where every other kernel is a named template (``6copy_v``, ``14rms_norm_small``)."""
 LAYERS = 2
 PREFILL_GEMMS = 7 * (LAYERS - 1) + 2
 """Llama's projections a prefill chunk computes: q, k, v, o, gate, up and down (no bias) in every layer but the last,
@@ -78,3 +87,50 @@ def test_a_cast_kvsim_adds_counts_its_elements() -> None:
     casts = [a for a in arrays if a.prim == "AsType" and a.elements > 0 and a.nbytes == 4 * a.elements]
     assert casts
     assert all(a.prim != "AsType" or a.elements * (a.nbytes // max(a.elements, 1)) == a.nbytes for a in arrays)
+
+
+def _committed(name: str) -> list[dict]:
+    """Rows of CUDA graphs MLX committed at its defaults (``docs/tools/device/graph_commits.py``), first eval listed."""
+    path = KERNELS / name
+    text = lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines()]
+    return [r for r in rows if set(r["env"]) == {"MLX_SAVE_CUDA_GRAPHS_DOT_FILE"} and "kernels_per_commit" in r["evals"][0]]
+
+
+COMMITTED = _committed("graph-commits.jsonl") + _committed("graph-commits-misses.jsonl.xz")
+
+
+def _id(row: dict) -> str:
+    return f"{Path(row['config']).stem}-{row['prompt_tokens']}"
+
+
+@pytest.mark.parametrize("row", COMMITTED, ids=_id)
+def test_compiled_functions_fuse_as_mlx_fused_them_on_cuda(row: dict) -> None:
+    """The first eval's ``Compiled`` nodes are the fused kernels MLX launched in it: one ``swiglu`` or ``silu`` a
+    layer, phi-2's ``gelu_approx`` in two (``x ** 3`` past the depth limit), gemma-3's in two and its two shapeless
+    ``clip_residual`` adds (every layer but the last, whose prefill computes only its keys and values)."""
+    kernels = [k.split("\n")[1] for commit in row["evals"][0]["kernels_per_commit"] for k in commit]
+    built = build_model(load_model_config(row["config"]))
+    rec = record(built, Workload(row["prompt_tokens"], 2, prefill_step_size=row["step"]), load_profile("mlx-cuda"))
+    first = next(e for e in rec.events if isinstance(e, RecordedEval))
+    assert sum(a.prim == "Compiled" for a in first.graph.graph.arrays) == sum(map(bool, map(FUSED_KERNEL.match, kernels)))
+
+
+@pytest.mark.parametrize("row", COMMITTED, ids=_id)
+def test_command_buffers_are_cut_where_mlx_cut_them(row: dict) -> None:
+    """Each eval's command buffers against the CUDA graphs MLX committed. kvsim plays the first prompt chunk and
+    the last two, then the decode steps; MLX's evals that commit nothing are left out, and so are the buffers of a
+    Llama-3 model's lazy RoPE frequencies (one a layer, on the default stream). Every count is MLX's but phi-2's
+    second decode step (10 against 11)."""
+    profile = load_profile("mlx-cuda").floor_variant()
+    built = build_model(load_model_config(row["config"]))
+    found: list[list[int]] = []
+    replay(record(built, Workload(row["prompt_tokens"], 2, prefill_step_size=row["step"]), profile), profile,
+           commits=found)
+    real = [e["commits"] for e in row["evals"] if e.get("commits")]
+    real[0] -= len(lazy_state(built.model))
+    skipped = max(0, -(-(row["prompt_tokens"] - 1) // row["step"]) - 3)
+    played = real[:1] + real[1 + skipped:len(found) + skipped]
+    kvsim = [len(c) for c in found]
+    assert kvsim == played or (Path(row["config"]).stem == "phi-2" and kvsim[:-1] == played[:-1]
+                                and played[-1] - kvsim[-1] == 1), (kvsim, played)

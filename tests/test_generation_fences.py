@@ -98,24 +98,3 @@ def test_fences_predict_the_measured_lazy_and_evaluated_first_chunks() -> None:
     for fences, state in ((True, False), (False, True)):
         above = _point_above_weights(built, Workload(1024, 2), fences)
         assert abs(above / real[state] - 1) <= 0.25, (fences, above, real[state])
-
-
-def test_command_buffers_are_cut_where_mlx_cut_them() -> None:
-    """Each eval's command buffers against the CUDA graphs MLX committed (``graph-commits.jsonl``, dot files at
-    MLX's defaults): the bf16 Llama-3.2-1B's 1K chunk committed 48, 16 of them the frequencies' own (kvsim's
-    other-stream buffers, not counted here) and 32 on the generation stream; qwen3-0.6b's 8K chunks 5, then 8
-    (kvsim: 6, then 8; it plays the first chunk and the last two)."""
-    profile = load_profile("mlx-cuda").floor_variant()
-    real = {(r["config"], r["prompt_tokens"]): [e.get("commits") for e in r["evals"]] for r in _rows("graph-commits.jsonl")
-            if r["env"].get("MLX_SAVE_CUDA_GRAPHS_DOT_FILE") and "MLX_MAX_OPS_PER_BUFFER" not in r["env"]}
-
-    def commits(name: str, prompt: int) -> list[int]:
-        built = build_model(load_model_config(name))
-        found: list[list[int]] = []
-        replay(record(built, Workload(prompt, 2), profile), profile, commits=found)
-        return [len(c) for c in found]
-
-    assert commits("llama-3.2-1b-instruct", 1024)[0] == real[("llama-3.2-1b-instruct", 1024)][0] - 16 == 32
-    qwen = commits("qwen3-0.6b", 8192)
-    assert qwen[1:3] == real[("qwen3-0.6b", 8192)][2:4] == [8, 8]
-    assert abs(qwen[0] - real[("qwen3-0.6b", 8192)][0]) <= 1

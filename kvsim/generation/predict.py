@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsim.generation.config import load_model_config
@@ -113,7 +113,9 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
              floor: list[EvalPeak]) -> tuple[int, int, int]:
     """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
     floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
-    eval's, if higher) and the range reaches down to its floor (``reach_floor``)."""
+    eval's, if higher) and the range reaches down to its floor (``reach_floor``).
+    A generation's range puts ``model_range_low_share`` of its width below the point."""
+    profile = replace(profile, range_low_share=profile.model_range_low_share or profile.range_low_share)
     tops, weight = _tops(fitted, early, late, floor), profile.peak_point_weight
     low, high = profile_range(profile, *tops)
     point = point_estimate(*tops[:3], weight)

@@ -85,9 +85,8 @@ class Trace:
     """Device time of a matmul's arithmetic, as the bytes the profile's time model would move meanwhile."""
     cpu: bool = False
     """Ops follow the CPU backend where it allocates temporaries (a convolution's explicit GEMM, affine
-    dequantization's fallback), and compiled functions are
-    fused as ``compile_fuse`` fuses them. GPU backends keep compiled functions unfused: their fitted timings
-    (``model_max_active_tasks``) were fitted on that graph (``docs/generation.md``)."""
+    dequantization's fallback). Every backend fuses compiled functions as ``compile_fuse`` does: the fused
+    kernels MLX's CUDA graphs launch are the ``Compiled`` nodes kvsim traces (``docs/generation.md``)."""
     graph: StepGraph = field(default_factory=StepGraph)
     node_of: dict[int, int] = field(default_factory=dict)  # id(mx.array) -> node
     layout: dict[int, Strides] = field(default_factory=dict)  # node -> its array's strides (elements)
@@ -183,9 +182,17 @@ class Trace:
         per_flop = self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop)
         if flops and math.isfinite(per_flop):
             moved += int(flops * per_flop)
-        kernels = (len(inputs) if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)) if self.cpu else 1
-        n = self.graph.op(prim, inputs, out.nbytes, kernels=kernels, work_bytes=moved, donors=donors)
+        n = self.graph.op(prim, inputs, out.nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
+                          donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
+
+    def kernels(self, prim: str, inputs: int) -> int:
+        """Dispatches (CPU) or CUDA graph nodes one call of ``prim`` adds: one, but ``CPU_KERNELS`` and a
+        concatenation's copy of each input, which CUDA runs concurrently and joins with an empty node
+        (``concatenate_gpu``, ``backend/cuda/slicing.cpp``; ``ConcurrentContext``, ``backend/cuda/device.cpp``)."""
+        if self.cpu:
+            return inputs if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)
+        return inputs + 1 if prim in CONCATENATES and self.sdpa_kernels == "cuda" else 1
 
     def view(self, src: int, out: mx.array, strides: Strides) -> int:
         return self.bind(out, self.graph.view("Transpose", src), strides)
@@ -450,7 +457,7 @@ def _wrap_compiled(t: Trace, fn: Callable, shapeless: bool = False) -> Callable:
         finally:
             t.pending_args.pop()
         outs = [t.node(o) for o in _arrays(out)]
-        if t.cpu and not t.pending_args:  # a compiled function called inside another is traced into it
+        if not t.pending_args:  # a compiled function called inside another is traced into it
             _fuse_compiled(t.graph, start, outs, shapeless)
         return out
 
@@ -472,7 +479,8 @@ def _fuse_compiled(g: StepGraph, start: int, outputs: list[int], shapeless: bool
     each non-broadcast fusable node takes in the fusable nodes it reads (at most 11 deep, 24 inputs) whose
     readers are all in the section; a section of two or more becomes one ``Compiled`` node in the root's
     place, reading the section's inputs, which it may donate (``compiled_allocate_outputs``). The nodes it
-    absorbed are left unread."""
+    absorbed are left unread. Shapeless, a binary op broadcasts its operands, so even one is a section
+    (gemma-3's ``clip_residual``: MLX's CUDA graphs launch a fused ``Broadcast, Broadcast, Add`` kernel)."""
     arrays = g.arrays
     readers: dict[int, list[int]] = {}
     for n in range(start, len(arrays)):
@@ -483,8 +491,8 @@ def _fuse_compiled(g: StepGraph, start: int, outputs: list[int], shapeless: bool
         if root in done or arrays[root].prim not in FUSABLE or arrays[root].prim == "Broadcast":
             continue
         section, inputs = _section(arrays, root, start, readers, done | set(outputs), shapeless)
-        if len(section) <= 1:
-            continue
+        if len(section) <= 1 and not (shapeless and len(arrays[root].inputs) > 1):
+            continue  # shapeless, a lone binary op is fused with the broadcasts of its operands
         done |= section
         a = arrays[root]
         a.prim, a.inputs, a.kernels, a.donors = "Compiled", inputs, 1, tuple(range(len(inputs)))
