@@ -33,6 +33,7 @@ from kvsim.generation.layout import (
     elementwise_strides,
     matmul_operand_copied,
     reshape_strides,
+    row_contiguous,
     row_major,
     view_strides,
 )
@@ -243,6 +244,9 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         return
     if base == "conv1d" and t.cpu and _conv1d_cpu(t, args, kwargs, ins, outs[0]):
         return
+    if name in GPU_DONATING:
+        _gpu_donating(t, base, _arrays_first(args), ins, outs[0])
+        return
     if base in RESHAPES and ins:
         x = _arrays_first(args)
         strides = reshape_strides(x.shape, t.strides(ins[0], x.shape), outs[0].shape)
@@ -292,6 +296,28 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
             t.graph.arrays[i].siblings = [j for j in ids if j != i]
     if base == "addmm":
         _float32_gemm(t, ids[0], outs[0], batched=len(args) > 2 and args[2].ndim > 2)
+
+
+GPU_DONATING = frozenset({"fast.rms_norm", "fast.layer_norm", "fast.rope"})
+"""A GPU's fast norms and RoPE (the CPU runs their fallback graphs): one kernel whose output takes its input's
+buffer when that is donatable, and else a new one with its strides."""
+
+
+def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.array) -> None:
+    """A GPU norm or RoPE (``RMSNorm::eval_gpu``, ``LayerNorm::eval_gpu``, ``RoPE::eval_gpu``,
+    ``backend/cuda/*.cu``; Metal's alike): the output shares ``x``'s buffer where ``x`` is donatable, else it
+    is allocated with ``x``'s strides. A norm reads rows whose last two strides are packed, else it copies ``x``
+    row-major first (``contiguous_copy_gpu``) and writes into the copy; RoPE copies an input of more than 4
+    dimensions that is not row-contiguous."""
+    st = t.strides(ins[0], x.shape)
+    if base == "rope":
+        kept = x.ndim <= 4 or row_contiguous(x.shape, st)
+    else:
+        kept = dense(x.shape, st) and st[-1:] in ((1,), ()) and (x.ndim < 2 or st[-2] in (0, x.shape[-1]))
+    if not kept:
+        ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype), *ins[1:]]
+        st = row_major(x.shape)
+    t.op(base, ins, out, donors=(0,), strides=st)
 
 
 def _float32_gemm(t: Trace, n: int, out: mx.array, batched: bool) -> None:
