@@ -3,13 +3,7 @@
 # (docs/generation.md, "CUDA: stream fences"): olmo-2-0425-1b at 1K (float32, its point +4.0% and its range above the
 # real peak), phi-2 at 8K (-16.1%) and Qwen3-4B 4-bit at 1K (+17.3%); every eval's buffers and peak, as
 # graph_commits.sh. Writes $OUT/graph-commits-misses.jsonl.
-set -o pipefail; export STAGE=/tmp/stage SITE=/tmp/site; source docs/tools/device/device_unpack.sh || exit 3
-nvidia-smi -L | tee $OUT/device.txt
-g() {  # g TAG CONFIG PROMPT: one process, dot files
-  MLX_SAVE_CUDA_GRAPHS_DOT_FILE=/tmp/dots-$1/g timeout 150 python3 docs/tools/device/graph_commits.py "$2" \
-    --prompt "$3" --keep-evals 4 >> "$OUT/graph-commits-misses.jsonl" 2>> "$OUT/graph-commits-misses.log"
-  echo "$1 rc $? $(date +%T)"
-}
+NAME=graph-commits-misses; source docs/tools/device/graph_commits_run.sh || exit 3
 g olmo2-1k olmo-2-0425-1b 1024
 g phi2-8k phi-2 8192
 g qwen3-4b-4bit-1k kvsim/data/configs/public/qwen3-4b-4bit.json 1024
