@@ -305,7 +305,7 @@ buffer when that is donatable, and else a new one with its strides."""
 
 def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.array) -> None:
     """A GPU norm or RoPE (``RMSNorm::eval_gpu``, ``LayerNorm::eval_gpu``, ``RoPE::eval_gpu``,
-    ``backend/cuda/*.cu``; Metal's alike): the output shares ``x``'s buffer where ``x`` is donatable, else it
+    ``backend/cuda/*.cu``; Metal's differ in detail, unmeasured): the output shares ``x``'s buffer where ``x`` is donatable, else it
     is allocated with ``x``'s strides. A norm reads rows whose last two strides are packed, else it copies ``x``
     row-major first (``contiguous_copy_gpu``) and writes into the copy; RoPE copies an input of more than 4
     dimensions that is not row-contiguous."""
