@@ -51,6 +51,26 @@ def matmul_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]
     ]
 
 
+QMM_SHAPES = {"phi-3 qkv": (3072, 9216), "phi-3 gate_up": (3072, 16384), "phi-3 o": (3072, 3072),
+              "phi-3 down": (8192, 3072), "llama-8b gate": (4096, 14336)}
+"""(K, N) of the 4-bit linear layers timed by ``qmm_shapes``: Phi-3-mini's (the ninth held-out set's miss) and
+Llama-3.1-8B's gate, the shape ``matmul`` times."""
+
+
+def qmm_shape_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """4-bit affine matmuls (group 64) of ``QMM_SHAPES`` at ``tokens`` rows: an 8K prompt's last chunk has 2,047."""
+    out = []
+    for name, (k, n) in QMM_SHAPES.items():
+        x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
+        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=4)
+        mx.eval(x, wq, scales, biases)
+
+        def call(x=x, wq=wq, scales=scales, biases=biases) -> mx.array:
+            return mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=4)
+        out.append((f"quantized_matmul 4-bit {name} {tokens}x{k}x{n}", call, 2.0 * tokens * k * n))
+    return out
+
+
 def attention_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
     """cuDNN attention, causal, Llama's heads (32 query, 8 key-value, 128 wide) and gpt-oss's with sinks."""
     out = []
@@ -231,7 +251,7 @@ def forward_cases(tokens: int, name: str = "llama-3.1-8b-instruct",
 def main() -> None:
     groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
               "fallback": fallback_cases, "fallback_ops": fallback_op_cases,
-              "experts": expert_cases, "host": host_cases, "forward": forward_cases,
+              "experts": expert_cases, "qmm_shapes": qmm_shape_cases, "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
                                    "attention:2048,experts:2048")
