@@ -19,7 +19,7 @@ from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import scale_config
 from kvsim.generation.model import BuiltModel, build_model, lazy_state
 from kvsim.generation.schedule import RecordedEval, Workload, record, replay
-from kvsim.generation.trace import tracing
+from kvsim.generation.trace import elements, tracing
 from kvsim.sim.graph import Array
 from kvsim.sim.profile import load_profile
 
@@ -152,3 +152,20 @@ def test_gpu_norms_and_rope_write_into_a_donatable_input() -> None:
     assert norm.donors == rope.donors == copied.donors == (0,)
     assert g[norm.inputs[0]].prim != "Copy" and g[copied.inputs[0]].prim == "Copy"
     assert t.layout[t.node(rotated)] == t.layout[t.node(heads)] == (1024, 16, 64, 1)  # the heads' strides kept
+
+
+def test_a_slice_counts_and_allocates_its_span() -> None:
+    """MLX's ``data_size()`` of a slice runs from its first element to its last (``slice``,
+    ``backend/common/slicing.cpp``). A command buffer counts that much (``set_input_array``), and a RoPE that cannot
+    write into the slice allocates that much: Phi-3's queries, a third of its fused ``qkv_proj``, span nearly all of
+    it. CUDA attention's output keeps the queries' layout, so the reshape after it is a view."""
+    x = mx.zeros((1, 16, 3 * 64), mx.bfloat16)
+    with tracing("cuda") as t:
+        qkv = x * 2
+        q, k = (qkv[..., i * 64:(i + 1) * 64].reshape(1, 16, 4, 16).transpose(0, 2, 1, 3) for i in range(2))
+        rotated = mx.fast.rope(q, 16, traditional=False, base=1e4, scale=1.0, offset=0)
+        o = mx.fast.scaled_dot_product_attention(rotated, k, k, scale=0.25, mask="causal")
+        rows = o.transpose(0, 2, 1, 3).reshape(1, 16, 64)
+    extent = 15 * 192 + 64
+    assert elements(t, t.node(q)) == extent and t.graph.arrays[t.node(rotated)].nbytes == extent * 2
+    assert t.graph.arrays[t.node(rows)].is_view

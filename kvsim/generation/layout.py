@@ -45,6 +45,15 @@ def col_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
     return row_contiguous(shape[::-1], strides[::-1])
 
 
+def span(shape: tuple[int, ...], strides: Strides) -> int | None:
+    """MLX's ``data_size()`` of an array with these strides: the elements from its first to its last, as
+    ``slice`` computes it (``backend/common/slicing.cpp``); ``None`` for a broadcast (a zero stride), which keeps
+    its source's."""
+    if any(n > 1 and s == 0 for n, s in zip(shape, strides)):
+        return None
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides) if n > 1) if all(shape) else 0
+
+
 def dense(shape: tuple[int, ...], strides: Strides) -> bool:
     """MLX's ``flags.contiguous``: the elements fill their span with no gap or repeat (a permutation of a
     row-contiguous array), as a transpose of a fresh array is; a broadcast or a strided slice is not."""

@@ -35,6 +35,7 @@ from kvsim.generation.layout import (
     reshape_strides,
     row_contiguous,
     row_major,
+    span,
     view_strides,
 )
 from kvsim.sim.attention import fused_attention
@@ -178,12 +179,14 @@ class Trace:
         return self.layout.get(n) or row_major(shape)
 
     def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0,
-           strides: Strides | None = None) -> int:
-        moved = out.nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
+           strides: Strides | None = None, nbytes: int | None = None) -> int:
+        """A node computing ``out`` from ``inputs``; ``nbytes``: a buffer MLX sizes otherwise than ``out``."""
+        nbytes = out.nbytes if nbytes is None else nbytes
+        moved = nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
         per_flop = self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop)
         if flops and math.isfinite(per_flop):
             moved += int(flops * per_flop)
-        n = self.graph.op(prim, inputs, out.nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
+        n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
                           donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
 
@@ -304,11 +307,12 @@ buffer when that is donatable, and else a new one with its strides."""
 
 
 def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.array) -> None:
-    """A GPU norm or RoPE (``RMSNorm::eval_gpu``, ``LayerNorm::eval_gpu``, ``RoPE::eval_gpu``,
-    ``backend/cuda/*.cu``; Metal's differ in detail, unmeasured): the output shares ``x``'s buffer where ``x`` is donatable, else it
-    is allocated with ``x``'s strides. A norm reads rows whose last two strides are packed, else it copies ``x``
-    row-major first (``contiguous_copy_gpu``) and writes into the copy; RoPE copies an input of more than 4
-    dimensions that is not row-contiguous."""
+    """A GPU norm or RoPE (``RMSNorm::eval_gpu``, ``LayerNorm::eval_gpu``, ``RoPE::eval_gpu``, ``backend/cuda``;
+    Metal's differ in detail, unmeasured): the output shares ``x``'s buffer where ``x`` is donatable, else it is
+    allocated with ``x``'s strides. A norm reads rows whose last two strides are packed, else it copies ``x``
+    row-major first (``contiguous_copy_gpu``) and writes into the copy. RoPE copies an input of more than 4
+    dimensions that is not row-contiguous; CUDA's sizes a new buffer by its input's ``data_size()``, and a slice of
+    a fused projection (Phi-3's ``qkv_proj``) spans nearly the whole projection."""
     st = t.strides(ins[0], x.shape)
     if base == "rope":
         kept = x.ndim <= 4 or row_contiguous(x.shape, st)
@@ -317,7 +321,8 @@ def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.arra
     if not kept:
         ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype), *ins[1:]]
         st = row_major(x.shape)
-    t.op(base, ins, out, donors=(0,), strides=st)
+    extent = span(x.shape, st) if base == "rope" and t.sdpa_kernels == "cuda" else None  # Metal's: out.nbytes()
+    t.op(base, ins, out, donors=(0,), strides=st, nbytes=None if extent is None else extent * x.dtype.size)
 
 
 def _float32_gemm(t: Trace, n: int, out: mx.array, batched: bool) -> None:
@@ -395,7 +400,8 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     mask = kwargs.get("mask", args[5] if len(args) > 5 else None)
     if fused_attention(t.sdpa_kernels, lq, lk, d, isz):
         t.op("ScaledDotProductAttention", ins, out, flops=_attention_flops(q.shape, lk, mask)
-             if "ScaledDotProductAttention" in t.kernel_bytes_per_flop else 0)
+             if "ScaledDotProductAttention" in t.kernel_bytes_per_flop else 0,
+             strides=_same_layout(out.shape, t.strides(ins[0], q.shape)) if t.sdpa_kernels == "cuda" else None)
         return
     g = t.graph
     qn, kn, vn = ins[:3]
@@ -413,6 +419,18 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         scores = g.op(prim, [mask_node, scores, g.view("Broadcast", g.scalar(isz))], scores_bytes, donors=(1,))
     probs = g.op("Softmax", [scores], scores_bytes, donors=(0,))
     t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
+
+
+def _same_layout(shape: tuple[int, ...], q_strides: Strides) -> Strides:
+    """CUDA attention's output strides (``malloc_with_same_layout``, ``backend/cuda/scaled_dot_product_attention.cpp``):
+    packed in the order of the queries' strides, so heads transposed from a projection come back as its rows and
+    the reshape after attention is a view."""
+    order = sorted(range(len(shape)), key=lambda i: q_strides[i] if q_strides[i] > 0 else 1)
+    out, step = [0] * len(shape), 1
+    for i in order:
+        out[i] = step
+        step *= shape[i]
+    return tuple(out)
 
 
 def _attention_flops(q_shape: tuple[int, ...], k_rows: int, mask: Any) -> int:
@@ -717,7 +735,11 @@ def elements(t: Trace, n: int) -> int:
     leaf = t.leaf_arrays.get(n)
     if leaf is not None:
         return leaf.size
-    shape = t.shapes.get(n) or t.shapes.get(root(t, n))  # a view MLX reads as its source's data
+    own, strides = t.shapes.get(n), t.layout.get(n)
+    extent = span(own[0], strides) if own is not None and strides is not None else None
+    if extent is not None:  # a slice spans from its first element to its last (its data_size)
+        return extent
+    shape = own or t.shapes.get(root(t, n))  # a broadcast MLX reads as its source's data
     return math.prod(shape[0]) if shape is not None else -1
 
 
