@@ -45,6 +45,17 @@ def col_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
     return row_contiguous(shape[::-1], strides[::-1])
 
 
+def same_layout(shape: tuple[int, ...], like: Strides) -> Strides:
+    """Strides packing ``shape`` in the order of ``like``'s strides, smallest first (a zero stride counts as 1):
+    CUDA attention's output for queries of strides ``like`` (``malloc_with_same_layout``,
+    ``backend/cuda/scaled_dot_product_attention.cpp``)."""
+    out, step = [0] * len(shape), 1
+    for i in sorted(range(len(shape)), key=lambda i: like[i] if like[i] > 0 else 1):
+        out[i] = step
+        step *= shape[i]
+    return tuple(out)
+
+
 def span(shape: tuple[int, ...], strides: Strides) -> int | None:
     """MLX's ``data_size()`` of an array with these strides: the elements from its first to its last, as
     ``slice`` computes it (``backend/common/slicing.cpp``); ``None`` for a broadcast (a zero stride), which keeps

@@ -35,6 +35,7 @@ from kvsim.generation.layout import (
     reshape_strides,
     row_contiguous,
     row_major,
+    same_layout,
     span,
     view_strides,
 )
@@ -190,13 +191,18 @@ class Trace:
                           donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
 
+    @property
+    def cuda(self) -> bool:
+        """Ops follow MLX's CUDA backend (its fused attention names the backend)."""
+        return self.sdpa_kernels == "cuda"
+
     def kernels(self, prim: str, inputs: int) -> int:
         """Dispatches (CPU) or CUDA graph nodes one call of ``prim`` adds: one, but ``CPU_KERNELS`` and a
         concatenation's copy of each input, which CUDA runs concurrently and joins with an empty node
         (``concatenate_gpu``, ``backend/cuda/slicing.cpp``; ``ConcurrentContext``, ``backend/cuda/device.cpp``)."""
         if self.cpu:
             return inputs if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)
-        return inputs + 1 if prim in CONCATENATES and self.sdpa_kernels == "cuda" else 1
+        return inputs + 1 if prim in CONCATENATES and self.cuda else 1
 
     def view(self, src: int, out: mx.array, strides: Strides) -> int:
         return self.bind(out, self.graph.view("Transpose", src), strides)
@@ -321,7 +327,7 @@ def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.arra
     if not kept:
         ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype), *ins[1:]]
         st = row_major(x.shape)
-    extent = span(x.shape, st) if base == "rope" and t.sdpa_kernels == "cuda" else None  # Metal's: out.nbytes()
+    extent = span(x.shape, st) if base == "rope" and t.cuda else None  # Metal's: out.nbytes()
     t.op(base, ins, out, donors=(0,), strides=st, nbytes=None if extent is None else extent * x.dtype.size)
 
 
@@ -333,7 +339,7 @@ def _float32_gemm(t: Trace, n: int, out: mx.array, batched: bool) -> None:
     products do not pace it, nor does a synthetic chain of large float32 GEMMs (``kernels/graph-pacing.jsonl``),
     so the rule is what those models share, not a mechanism (``docs/generation.md``, "CUDA: MLX's command
     buffers")."""
-    if t.sdpa_kernels == "cuda" and out.dtype == mx.float32 and not batched:
+    if t.cuda and out.dtype == mx.float32 and not batched:
         t.graph.arrays[n].waits = True
 
 
@@ -401,7 +407,7 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     if fused_attention(t.sdpa_kernels, lq, lk, d, isz):
         t.op("ScaledDotProductAttention", ins, out, flops=_attention_flops(q.shape, lk, mask)
              if "ScaledDotProductAttention" in t.kernel_bytes_per_flop else 0,
-             strides=_same_layout(out.shape, t.strides(ins[0], q.shape)) if t.sdpa_kernels == "cuda" else None)
+             strides=same_layout(out.shape, t.strides(ins[0], q.shape)) if t.cuda else None)  # heads come back as rows
         return
     g = t.graph
     qn, kn, vn = ins[:3]
@@ -419,18 +425,6 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         scores = g.op(prim, [mask_node, scores, g.view("Broadcast", g.scalar(isz))], scores_bytes, donors=(1,))
     probs = g.op("Softmax", [scores], scores_bytes, donors=(0,))
     t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
-
-
-def _same_layout(shape: tuple[int, ...], q_strides: Strides) -> Strides:
-    """CUDA attention's output strides (``malloc_with_same_layout``, ``backend/cuda/scaled_dot_product_attention.cpp``):
-    packed in the order of the queries' strides, so heads transposed from a projection come back as its rows and
-    the reshape after attention is a view."""
-    order = sorted(range(len(shape)), key=lambda i: q_strides[i] if q_strides[i] > 0 else 1)
-    out, step = [0] * len(shape), 1
-    for i in order:
-        out[i] = step
-        step *= shape[i]
-    return tuple(out)
 
 
 def _attention_flops(q_shape: tuple[int, ...], k_rows: int, mask: Any) -> int:
@@ -633,7 +627,7 @@ def _gpu_sdpa(t: Trace, recorded: Callable) -> Callable:
     an H200: -13.7% / -35.3% as one node, -3.1% / -5.8% as the fallback graph)."""
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array, **kwargs: Any) -> Any:
-        sinks = kwargs.get("sinks") is not None and t.sdpa_kernels == "cuda"
+        sinks = kwargs.get("sinks") is not None and t.cuda
         if not sinks and fused_attention(t.sdpa_kernels, q.shape[2], k.shape[2], q.shape[3], q.dtype.size):
             return recorded(q, k, v, **kwargs)
         scores_bytes = math.prod(q.shape[:3]) * k.shape[2] * max(q.dtype.size, k.dtype.size)
