@@ -28,9 +28,11 @@ from kvsim.sim.tape import execution_order
 
 DONATION_EXTRA_BYTES = 16384  # MLX's ``is_donatable(in, out)``: in's buffer at most out.nbytes() + this
 COPY_DONATING = frozenset({"SliceUpdate"})
-"""GPU ops that copy their first input into their output through ``copy_gpu`` (``backend/cuda/copy.cu``,
-``backend/metal/copy.cpp``): where the output takes that input's buffer no copy runs, so MLX neither reads the
-input nor counts it toward the command buffer (``set_input_array`` is ``copy_gpu_inplace``'s). A KV cache's
+"""GPU ops that copy their first input into their output through ``copy_gpu`` (``backend/cuda/copy.cu``): where
+the output takes that input's buffer no copy runs, so MLX neither reads the input nor counts it toward the
+command buffer (``set_input_array`` is ``copy_gpu_inplace``'s). Played where elements are counted as MLX counts
+them (``model_mlx_elements``, CUDA); Metal's ``copy.cpp`` does the same, but kvsim's unmeasured Metal count
+(every input's bytes / 2, where MLX counts each buffer's elements once) is left as it is. A KV cache's
 update writes a chunk's rows in place: at 32K tokens bf16 Llama-3.1-8B's chunk counted 2.1 G elements of
 caches it never reads, two command buffers of 19 (``docs/generation.md``, "CUDA: long prompts")."""
 
@@ -222,11 +224,11 @@ def run_eval(
             open_held.extend(held)
             open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
             if kernels:  # MLX counts input elements, not bytes (2-byte elements where not known)
-                read = ins[1:] if arr.prim in COPY_DONATING and buf_of.get(ins[0]) == own else ins
                 if count_elements:
+                    read = ins[1:] if arr.prim in COPY_DONATING and buf_of.get(ins[0]) == own else ins
                     open_elements += sum(e if (e := arrays[x].elements) >= 0 else arrays[x].nbytes // 2 for x in read)
                 else:
-                    open_elements += sum(arrays[x].nbytes for x in read) // 2
+                    open_elements += sum(arrays[x].nbytes for x in ins) // 2
             open_work_s += work_s
             open_waits |= arr.waits
             if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
