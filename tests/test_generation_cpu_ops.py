@@ -19,7 +19,7 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import make_prompt_cache
 
 from kvsim.core.paths import REPO_DATA_DIR
-from kvsim.generation import fallbacks
+from kvsim.generation import fallbacks, repeats
 from kvsim.generation import trace as tr
 from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import scale_config
@@ -48,12 +48,13 @@ def _traced_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, 
         log.append((op, sum(a.nbytes for a in t.graph.arrays[first:] if a.prim and a.prim not in VIEW_PRIMS)))
 
     tr._record = logged
+    key, repeats.call_key = repeats.call_key, lambda *a: object()  # every compiled call traced op by op
     try:
         with tr.tracing("fallback", cpu=True) as t:
             t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
             built.model(tokens, cache=cache)
     finally:
-        tr._record = record
+        tr._record, repeats.call_key = record, key
     return log
 
 

@@ -12,6 +12,7 @@ transposes, splits and broadcasts follow the same rules.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -56,6 +57,7 @@ def same_layout(shape: tuple[int, ...], like: Strides) -> Strides:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4096)  # a recurrence's token loop asks the same few millions of times
 def span(shape: tuple[int, ...], strides: Strides) -> int | None:
     """MLX's ``data_size()`` of an array with these strides: the elements from its first to its last, as
     ``slice`` computes it (``backend/common/slicing.cpp``); ``None`` for a broadcast (a zero stride), which keeps

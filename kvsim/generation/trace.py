@@ -25,7 +25,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kvsim.generation import fallbacks
+from kvsim.generation import fallbacks, repeats
 from kvsim.generation.layout import (
     Strides,
     broadcast_strides,
@@ -105,6 +105,7 @@ class Trace:
     unfused_attention_bytes: int = 0
     """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
     on_eval: Callable[[list[Any]], None] | None = None  # called by mx.eval / mx.async_eval
+    repeated_calls: dict[Any, repeats.Repeat] = field(default_factory=dict)  # a compiled call's key -> its nodes
     depth: int = 0
 
     def node(self, a: mx.array) -> int:
@@ -488,15 +489,28 @@ def _wrap_compiled(t: Trace, fn: Callable, shapeless: bool = False) -> Callable:
         if t.depth:
             return fn(*args, **kwargs)
         ins = [a for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
-        t.pending_args.append([(t.node(a), a.shape, a.dtype) for a in ins])
+        arg_nodes = [t.node(a) for a in ins]
+        outer = not t.pending_args  # a compiled function called inside another is traced into it
+        key = repeats.call_key(t, fn, args, kwargs, arg_nodes) if outer else None
+        repeat = t.repeated_calls.get(key)
+        if repeat is not None:  # a call like an earlier one: its nodes copied (kvsim.generation.repeats)
+            t.depth += 1
+            try:
+                out = repeats.results(repeat.skeleton)
+            finally:
+                t.depth -= 1
+            repeats.copy(t, repeat, arg_nodes, list(_arrays(out)))
+            return out
+        t.pending_args.append([(n, a.shape, a.dtype) for n, a in zip(arg_nodes, ins)])
         start = len(t.graph.arrays)
         try:
             out = fn(*args, **kwargs)
         finally:
             t.pending_args.pop()
         outs = [t.node(o) for o in _arrays(out)]
-        if not t.pending_args:  # a compiled function called inside another is traced into it
+        if outer:
             _fuse_compiled(t.graph, start, outs, shapeless)
+            t.repeated_calls[key] = repeats.remember(t, start, arg_nodes, outs, out)
         return out
 
     return wrapped
