@@ -7,7 +7,8 @@ intercepted calls, and recording that chunk took 176 s of a 207 s prediction. A 
 it records depends only on its arguments' shapes, dtypes, strides and buffers, and which of them are the same
 array (``call_key``). So the first call of each such key is traced as before (fused by ``_fuse_compiled``), and a
 later call copies those nodes with its own arguments in place (``copy``) and returns lazy zeros of the first call's
-shapes and dtypes in its structure (``results``): nothing is evaluated, so only shapes and dtypes are read. ``tests/test_generation_repeats.py`` checks the copied graph is the traced one.
+shapes and dtypes in its structure (``results``): nothing is evaluated, so only shapes and dtypes are read.
+``tests/test_generation_repeats.py`` checks the copied graph is the traced one.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Repeat:
 
 def call_key(t: Any, fn: Any, args: tuple, kwargs: dict, arg_nodes: list[int]) -> Hashable:
     """What a compiled call's recorded nodes depend on: the function, each argument's shape, dtype, strides,
-    bytes and producing primitive (an array) or value (anything else), and which arguments are the same node."""
+    bytes, producing primitive and whether an earlier eval computed it (an array) or value (anything else), and
+    which arguments are the same node."""
     nodes = t.graph.arrays
 
     def part(x: Any) -> Hashable:
@@ -55,7 +57,8 @@ def call_key(t: Any, fn: Any, args: tuple, kwargs: dict, arg_nodes: list[int]) -
             n = t.node_of.get(id(x))
             if n is None:
                 return ("array", tuple(x.shape), str(x.dtype))
-            return ("array", tuple(x.shape), str(x.dtype), t.layout.get(n), nodes[n].nbytes, nodes[n].prim)
+            return ("array", tuple(x.shape), str(x.dtype), t.layout.get(n), nodes[n].nbytes, nodes[n].prim,
+                    n in t.evaluated)
         if isinstance(x, (list, tuple)):
             return tuple(part(y) for y in x)
         return ("value", repr(x))
