@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
-from kvsim.generation.schedule import EvalPeak, Workload, record, replay
+from kvsim.generation.schedule import EvalPeak, Workload, generation_profile, record, replay
 from kvsim.sim.peak_range import first_eval_point, point_estimate, profile_range, reach_floor
 from kvsim.sim.profile import BackendProfile, load_profile
 
@@ -114,8 +114,8 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
     """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
     floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
     eval's, if higher) and the range reaches down to its floor (``reach_floor``).
-    A generation's range puts ``model_range_low_share`` of its width below the point."""
-    profile = replace(profile, range_low_share=profile.model_range_low_share or profile.range_low_share)
+    A generation's range puts ``model_range_low_share`` of its width below the point (``generation_profile``)."""
+    profile = generation_profile(profile)
     tops, weight = _tops(fitted, early, late, floor), profile.peak_point_weight
     low, high = profile_range(profile, *tops)
     point = point_estimate(*tops[:3], weight)

@@ -371,12 +371,13 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
 def generation_profile(profile: BackendProfile) -> BackendProfile:
     """``profile`` as it plays whole-model graphs: its in-flight task count (``model_max_active_tasks``), the
     device's bandwidth and cost per kernel for a model's activations (``model_device_bytes_per_s``,
-    ``model_device_dispatch_s``) and the host's cost per node and launch (``model_host_node_s``,
-    ``model_host_kernel_s``), where it sets them: ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
+    ``model_device_dispatch_s``), the host's cost per node and launch (``model_host_node_s``,
+    ``model_host_kernel_s``) and its range's share below the point (``model_range_low_share``), where it sets them:
+    ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
     p = profile
     fields = {"max_active_tasks": p.model_max_active_tasks, "device_bytes_per_s": p.model_device_bytes_per_s,
               "device_dispatch_s": p.model_device_dispatch_s, "host_node_s": p.model_host_node_s,
-              "host_kernel_s": p.model_host_kernel_s}
+              "host_kernel_s": p.model_host_kernel_s, "range_low_share": p.model_range_low_share}
     return replace(p, **{k: v for k, v in fields.items() if v > 0})
 
 
