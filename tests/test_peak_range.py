@@ -124,30 +124,16 @@ def test_floor_margin_moves_the_gpu_range_up() -> None:
     assert math.isclose(clamped.high_bytes / clamped.low_bytes, free.high_bytes / free.low_bytes, rel_tol=1e-6)
 
 
-def test_a_first_eval_range_reaches_down_to_its_floor() -> None:
-    """``reach_floor``: the low end moves down to 0.98 of the first eval's floor, the width stays within
-    ``range_max_width`` and the point stays inside; a floor the range already reaches, or one too far below
-    the point for one range to hold both, leaves the range as it is."""
-    from kvsim.sim.peak_range import reach_floor
+def test_a_first_eval_range_is_placed_on_its_point() -> None:
+    """``first_eval_range``: the window of ``range_max_width`` with ``range_low_share`` of it below the point,
+    whatever the plays' spread; a floor whose reach lies above that low end lifts the window, width kept."""
+    from kvsim.generation.schedule import generation_profile
+    from kvsim.sim.peak_range import first_eval_range
 
-    p = load_profile("mlx-cuda")
-    margin, width = p.range_floor_margin, p.range_max_width
-    low, high = reach_floor(p, 11.57, 15.50, 13.40, 11.43)
-    assert low == pytest.approx(11.43 * (1 - margin)) and high == pytest.approx(low * width)
-    assert low <= 13.40 <= high
-    assert reach_floor(p, 11.00, 14.74, 13.40, 11.43) == (11.00, 14.74)  # reached already
-    assert reach_floor(p, 11.57, 15.50, 13.40, 9.00) == (11.57, 15.50)  # 9.0 x 0.98 x 1.34 < 13.40
-
-
-def test_a_first_eval_point_under_the_plays_window_takes_a_window_of_its_own() -> None:
-    """A point under the plays' low end (stream fences cut the first eval far under its fitted play) gets the
-    window of ``range_max_width`` placed on it as ``bound_range`` places one, never under the floor's reach."""
-    from kvsim.sim.peak_range import reach_floor
-
-    p = load_profile("mlx-cuda")
-    width, share = p.range_max_width, p.range_low_share
-    low, high = reach_floor(p, 7.0, 9.3, 6.4, 4.8)
-    assert low == pytest.approx(6.4 / width**share) and high == pytest.approx(low * width)
-    assert low <= 6.4 <= high
-    low, high = reach_floor(p, 7.0, 9.3, 6.4, 5.9)  # the floor's reach bounds the low end
-    assert low == pytest.approx(5.9 * (1 - p.range_floor_margin)) and low <= 6.4 <= high <= low * width
+    p = generation_profile(load_profile("mlx-cuda"))
+    width, share, margin = p.range_max_width, p.range_low_share, p.range_floor_margin
+    low, high = first_eval_range(p, 13.40, 11.43)
+    assert low == pytest.approx(13.40 / width**share) and high == pytest.approx(low * width)
+    assert low < 13.40 < high and share == 0.375  # the generation's share, as a later eval's range takes it
+    low, high = first_eval_range(p, 13.40, 12.90)  # the floor's reach bounds the low end
+    assert low == pytest.approx(12.90 * (1 - margin)) and high == pytest.approx(low * width) and low <= 13.40

@@ -8,7 +8,7 @@ from typing import Any
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import BuiltModel, build_model
 from kvsim.generation.schedule import EvalPeak, Workload, generation_profile, record, replay
-from kvsim.sim.peak_range import first_eval_point, point_estimate, profile_range, reach_floor
+from kvsim.sim.peak_range import first_eval_point, first_eval_range, point_estimate, profile_range
 from kvsim.sim.profile import BackendProfile, load_profile
 
 UNFUSED_NOTE_BYTES = 64 << 20
@@ -113,7 +113,7 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
              floor: list[EvalPeak]) -> tuple[int, int, int]:
     """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
     floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
-    eval's, if higher) and the range reaches down to its floor (``reach_floor``).
+    eval's, if higher) and the range is placed on that point (``first_eval_range``).
     A generation's range puts ``model_range_low_share`` of its width below the point (``generation_profile``)."""
     profile = generation_profile(profile)
     tops, weight = _tops(fitted, early, late, floor), profile.peak_point_weight
@@ -122,7 +122,7 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
     if fitted[0].peak_bytes == tops[0] and profile.first_eval_point_share > 0:  # the first eval peaks
         later = point_estimate(*_tops(fitted[1:], early[1:], late[1:]), weight) if len(fitted) > 1 else 0.0
         point = max(first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes), later)
-        low, high = reach_floor(profile, low, high, point, floor[0].peak_bytes)
+        low, high = first_eval_range(profile, point, floor[0].peak_bytes)
     return int(point), int(low), int(high)
 
 

@@ -85,22 +85,15 @@ def first_eval_point(profile: BackendProfile, floor: float, fitted: float) -> fl
     return floor + profile.first_eval_point_share * (fitted - floor)
 
 
-def reach_floor(profile: BackendProfile, low: float, high: float, point: float, floor: float) -> tuple[float, float]:
-    """The range of a generation that peaks in its process's first eval: its low end reaches down to that
-    eval's floor (``1 - range_floor_margin`` of it), where a host still building kernels and CUDA graphs lets
-    the device free every command buffer as it is committed; the high end is cut to keep the width at most
-    ``range_max_width``, never below the point (``docs/generation.md``, "CUDA: measured kernel rates and a
-    process's first eval"). A point under the plays' window (a first eval whose command buffers stream fences
-    cut, far under its fitted play) takes the window of ``range_max_width`` placed on it as ``bound_range``
-    places one, its low end never under the floor's reach."""
-    reach = floor * (1 - profile.range_floor_margin)
-    width = profile.range_max_width
-    if point < low:
-        low = max(reach, point / width**profile.range_low_share)
-        return low, max(min(high, low * width), point)
-    if reach >= low or point > reach * width:
-        return low, high
-    return reach, max(min(high, reach * width), point)
+def first_eval_range(profile: BackendProfile, point: float, floor: float) -> tuple[float, float]:
+    """The range of a generation that peaks in its process's first eval: the window of ``range_max_width`` that
+    puts ``range_low_share`` of its width (in log terms) below the point, as every other generation's range does,
+    its low end never under the eval's floor (``1 - range_floor_margin`` of it). A first eval lands anywhere from
+    its floor (a host still building kernels and CUDA graphs lets the device free each command buffer as it is
+    committed) to past its fitted play, so its range is placed on the point, not on the plays' spread
+    (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval"; "CUDA: cold chunks")."""
+    low = max(floor * (1 - profile.range_floor_margin), point / profile.range_max_width**profile.range_low_share)
+    return low, low * profile.range_max_width
 
 
 def peak_of(engine: Engine) -> int:
