@@ -52,12 +52,13 @@ def test_a_trace_replays_only_under_its_own_trace_settings() -> None:
 
 def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play() -> None:
     """``first_eval_point_share``: where the process's first eval peaks, the point lies that share of the way
-    from the eval's floor to its fitted play, unless a later eval's point is higher; the range reaches the
-    floor. Where a later eval peaks, the first eval's point does not enter."""
+    from the eval's floor to its fitted play, unless a later eval's point is higher; its range is the window of
+    ``range_max_width`` placed on that point, its low end never under the floor's reach (``first_eval_range``).
+    Where a later eval peaks, the first eval's point does not enter."""
     from dataclasses import replace
 
     from kvsim.generation.predict import gpu_peak
-    from kvsim.generation.schedule import EvalPeak
+    from kvsim.generation.schedule import EvalPeak, generation_profile
 
     def evals(*gb: float) -> list[EvalPeak]:
         return [EvalPeak("prefill", 0, 0, int(x * 1e9), 0, 0) for x in gb]
@@ -66,7 +67,11 @@ def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play
     fitted, early, late, floor = evals(12.0, 10.5), evals(11.0, 10.5), evals(15.0, 10.5), evals(10.0, 10.2)
     point, low, high = gpu_peak(p, fitted, early, late, floor)
     assert point == int(11.0e9)  # 10 + 0.5 x (12 - 10)
-    assert low == int(10.0e9 * (1 - p.range_floor_margin)) and low <= point <= high
+    g = generation_profile(p)
+    assert low == int(11.0e9 / g.range_max_width**g.range_low_share) and low <= point <= high  # over 0.98 x 10e9
+    assert high == int(low * g.range_max_width)
+    reached = gpu_peak(p, fitted, early, late, evals(10.9, 10.2))[1]
+    assert reached == int(10.9e9 * (1 - p.range_floor_margin))  # the floor's reach lifts the window
     later_first = gpu_peak(p, fitted, early, evals(15.0, 13.0), floor)[0]  # a later eval's point is higher
     assert later_first == int(0.25 * 10.5e9 + 0.375 * (10.5e9 + 13.0e9))
     off = gpu_peak(replace(p, first_eval_point_share=0.0), fitted, early, late, floor)[0]

@@ -11,4 +11,4 @@ for c in llama-3.2-1b-instruct-6bit llama-3.1-8b-6bit llama-3.2-3b-6bit qwen3-8b
 done
 GEN=rep11
 for i in 1 2; do m 40 docs/tools/device/heldout11/llama-3.2-1b-instruct-6bit.json $W; done
-cd $OUT && tar czf heldout11.tgz gen11 rep11 gen11-*.log rep11-*.log; ls -la $OUT
+cd $OUT && tar czf heldout11.tgz gen11 rep11 gen11-*.log rep11-*.log && rm -rf gen11 rep11 gen11-*.log rep11-*.log; ls -la $OUT
