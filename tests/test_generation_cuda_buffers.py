@@ -101,7 +101,8 @@ def _committed(name: str, kernels: bool = True) -> list[dict]:
             and (not kernels or "kernels_per_commit" in r["evals"][0])]
 
 
-COMMITTED = _committed("graph-commits.jsonl") + _committed("graph-commits-misses.jsonl.xz")
+COMMITTED = (_committed("graph-commits.jsonl") + _committed("graph-commits-misses.jsonl.xz")
+             + _committed("graph-commits-fenced.jsonl.xz"))
 
 
 def _id(row: dict) -> str:
