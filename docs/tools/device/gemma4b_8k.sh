@@ -8,11 +8,7 @@
 NAME=graph-commits-gemma4b; source docs/tools/device/graph_commits_run.sh || exit 3
 CFG=docs/tools/device/heldout9/gemma-3-4b-it.json
 g gemma4b-8k $CFG 8192
-for rep in 1 2; do
-  MLX_SAVE_CUDA_GRAPHS_DOT_FILE= timeout 120 python3 docs/tools/device/graph_commits.py $CFG --prompt 8192 \
-    >> "$OUT/$NAME.jsonl" 2>> "$OUT/$NAME.log"
-  echo "plain $rep rc $? $(date +%T)"
-done
+for rep in 1 2; do p "plain $rep" $CFG 8192; done
 timeout 150 python3 docs/tools/device/chunk_timing.py $CFG --tokens 8192 --runs 3 > "$OUT/chunk-timing-gemma4b.jsonl" \
   2>> "$OUT/$NAME.log"
 echo "chunks rc $? $(date +%T)"

@@ -8,7 +8,5 @@ NAME=graph-commits-fenced; source docs/tools/device/graph_commits_run.sh || exit
 g l1b-4bit llama-3.2-1b-instruct-4bit 1024
 g l1b-6bit docs/tools/device/heldout11/llama-3.2-1b-instruct-6bit.json 1024
 g l1b-bf16 llama-3.2-1b-instruct 1024
-MLX_SAVE_CUDA_GRAPHS_DOT_FILE= timeout 120 python3 docs/tools/device/graph_commits.py \
-  docs/tools/device/heldout11/llama-3.2-1b-instruct-6bit.json --prompt 1024 >> "$OUT/$NAME.jsonl" 2>> "$OUT/$NAME.log"
-echo "plain rc $? $(date +%T)"
+p plain docs/tools/device/heldout11/llama-3.2-1b-instruct-6bit.json 1024
 ls -la $OUT
