@@ -9,11 +9,11 @@ DEADLINE_S=${DEADLINE_S:-560}; GEN=gen12-${PART:?PART=1 or 2}; source docs/tools
 H=docs/tools/device/heldout12
 if [ "$PART" = 1 ]; then
   for c in llama-3.2-1b-instruct-5bit llama-3.2-3b-5bit llama-3.1-8b-5bit; do m 150 $H/$c.json 1024:2048:32; done
-  m 100 kvsim/data/configs/llama-3.2-1b-instruct-4bit.json 1536:2048:32
+  m 100 llama-3.2-1b-instruct-4bit 1536:2048:32
   m 100 docs/tools/device/heldout7/llama-3.2-1b-instruct-8bit.json 1536:2048:32
 else
   m 200 $H/deepseek-v2-lite-chat-4bit.json 1024:2048:32
   m 120 kvsim/data/configs/public/llama-3.1-8b-4bit.json 1536:2048:32
-  m 200 kvsim/data/configs/gpt-oss-20b.json 2000:2048:32
+  m 200 gpt-oss-20b 2000:2048:32
 fi
 cd $OUT && tar czf heldout12-$PART.tgz $GEN $GEN-*.log && rm -rf $GEN $GEN-*.log; ls -la $OUT
