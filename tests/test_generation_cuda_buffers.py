@@ -13,12 +13,13 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import scale_config
 from kvsim.generation.model import BuiltModel, build_model, lazy_state
-from kvsim.generation.schedule import RecordedEval, Workload, record, replay
+from kvsim.generation.schedule import RecordedEval, Workload, record, replay, trace_settings
 from kvsim.generation.trace import elements, tracing
 from kvsim.sim.graph import Array
 from kvsim.sim.profile import load_profile
@@ -185,3 +186,26 @@ def test_a_slice_counts_and_allocates_its_span() -> None:
     extent = 15 * 192 + 64
     assert elements(t, t.node(q)) == extent and t.graph.arrays[t.node(rotated)].nbytes == extent * 2
     assert t.graph.arrays[t.node(rows)].is_view
+
+
+def test_attention_with_sinks_is_fused_unless_an_array_masks_it() -> None:
+    """gpt-oss-20b's first two layers at 2,000 tokens, each op evaluated alone on an H200
+    (``op-bytes-gpt-oss.jsonl``): the causal layer's attention allocates its output alone (cuDNN), the sliding-window
+    layer's, masked by an array, 1.04 GB: the fallback's two 512 MB score arrays at once. kvsim's CUDA trace makes
+    one node of the output's bytes for the first, and the fallback graph for the second."""
+    row = next(json.loads(line) for line in (KERNELS / "op-bytes-gpt-oss.jsonl").read_text().splitlines()
+               if json.loads(line)["tokens"] == 2000)
+    real = [b for op, b, _ in row["ops"] if op == "fast.scaled_dot_product_attention"]
+    config = dict(load_model_config("gpt-oss-20b").config)
+    config["num_hidden_layers"], config["layer_types"] = 2, config["layer_types"][:2]
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
+    built = build_model(ModelConfig(config, "gpt-oss-2-layers"))
+    cache = make_prompt_cache(built.model)
+    settings = trace_settings(load_profile("mlx-cuda"))
+    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t:
+        t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
+        built.model(mx.zeros((1, 2000), mx.uint32), cache=cache)
+    fused = [a for a in t.graph.arrays if a.prim == "ScaledDotProductAttention"]
+    assert len(fused) == 1 and abs(fused[0].nbytes - real[1]) <= 4096, (len(fused), real)
+    scores = [a.nbytes for a in t.graph.arrays if a.nbytes >= 64 * 2000 * 2000 * 2]
+    assert real[0] >= 2 * 64 * 2000 * 2000 * 2 and len(scores) >= 2, (real, scores)

@@ -637,11 +637,12 @@ def _decorated_shapeless(module: Any) -> dict[str, bool]:
 
 def _gpu_sdpa(t: Trace, recorded: Callable) -> Callable:
     """A GPU's ``mx.fast.scaled_dot_product_attention``: one node where its fused kernel serves the call,
-    else MLX's fallback graph op by op (``fallbacks``); CUDA runs attention with sinks unfused (gpt-oss on
-    an H200: -13.7% / -35.3% as one node, -3.1% / -5.8% as the fallback graph)."""
+    else MLX's fallback graph op by op (``fallbacks``). CUDA runs attention with sinks and an array mask
+    unfused: gpt-oss-20b's sliding-window layers allocate 1.04 GB evaluating the call alone at 2,000 tokens
+    (two 512 MB score arrays), its causal layers 16 MB, the output (``kernels/op-bytes-gpt-oss.jsonl``)."""
 
     def sdpa(q: mx.array, k: mx.array, v: mx.array, **kwargs: Any) -> Any:
-        sinks = kwargs.get("sinks") is not None and t.cuda
+        sinks = kwargs.get("sinks") is not None and t.cuda and isinstance(kwargs.get("mask"), mx.array)
         if not sinks and fused_attention(t.sdpa_kernels, q.shape[2], k.shape[2], q.shape[3], q.dtype.size):
             return recorded(q, k, v, **kwargs)
         scores_bytes = math.prod(q.shape[:3]) * k.shape[2] * max(q.dtype.size, k.dtype.size)
