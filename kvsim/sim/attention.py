@@ -7,7 +7,8 @@ allocates only its output. Rules per backend, from MLX 0.32's ``use_fallback``:
 - CUDA (``mlx/backend/cuda/scaled_dot_product_attention.cpp``): cuDNN for float16/bfloat16 with
   head_dim a multiple of 8 up to 128 and, when causal, no more query than key rows (decode only
   with a fixed-size cache, where the vector kernel serves anyway); the vector kernel for fewer
-  than 4 query rows with head_dim 64, 96 or 128.
+  than 4 query rows with head_dim 64, 96 or 128. Attention with sinks and an array mask runs the fallback
+  (measured on MLX 0.32.4: gpt-oss-20b's sliding-window layers; ``kvsim.generation.trace._gpu_sdpa``).
 - Metal (``mlx/backend/metal/scaled_dot_product_attention.cpp``, unverified here): the vector
   kernel for up to 8 query rows with head_dim 64, 96, 128 or 256; the full kernel for head_dim
   64, 80 or 128.
