@@ -19,14 +19,14 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models.cache import make_prompt_cache
 
 from kvsim.core.paths import REPO_DATA_DIR
-from kvsim.generation import fallbacks, repeats
+from kvsim.generation import repeats
 from kvsim.generation import trace as tr
 from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import scale_config
 from kvsim.generation.model import build_model
+from kvsim.generation.op_bytes import measuring_ops
 from kvsim.generation.predict import predict
 from kvsim.generation.schedule import Workload
-from kvsim.generation.trace import _arrays  # the trace's own walk over nested arrays
 from kvsim.sim.graph import VIEW_PRIMS
 
 SCALE = {"hidden_size": 256, "intermediate_size": 768, "vocab_size": 8192}
@@ -59,64 +59,16 @@ def _traced_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, 
 
 
 def _real_bytes(name: str, config: dict, tokens: mx.array) -> list[tuple[str, int]]:
-    """(op, bytes real MLX allocates evaluating it alone) per call of the same forward."""
+    """(op, bytes real MLX allocates evaluating it alone) per call of the same forward (``op_bytes``)."""
     mx.random.seed(0)
     model = build_model(ModelConfig(config, name), stand_in=False).model
     # dense parameters, as a loaded checkpoint holds them (mamba's A_log is a lazy broadcast after __init__)
     model.update(tree_map(mx.contiguous, model.parameters()))
     mx.eval(model.parameters())
     cache = make_prompt_cache(model)
-    log: list[tuple[str, int]] = []
-    depth = [0]
-
-    def wrap(op: str, fn: Any) -> Any:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if depth[0]:
-                return fn(*args, **kwargs)
-            ins = [*_arrays(args), *_arrays(list(kwargs.values()))]
-            if ins:
-                mx.eval(ins)
-            depth[0] += 1
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-            outs = list(_arrays(out))
-            if outs:
-                mx.synchronize()
-                mx.clear_cache()
-                base = mx.get_active_memory()
-                mx.reset_peak_memory()
-                mx.eval(outs)
-                mx.synchronize()
-                log.append((op, max(mx.get_peak_memory() - base, 0)))
-            return out
-
-        return run
-
-    saved: list[tuple[Any, str, Any]] = []
-
-    def patch(owner: Any, attr: str, new: Any) -> None:
-        saved.append((owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)))
-        setattr(owner, attr, new)
-
-    for op in tr.MX_FUNCTIONS:
-        if hasattr(mx, op):
-            patch(mx, op, wrap(op, getattr(mx, op)))
-    for op in tr.METHODS:
-        attr = mx.array.__dict__.get(op)
-        if attr is not None:
-            patch(mx.array, op, property(wrap(op, attr.fget)) if isinstance(attr, property) else wrap(op, attr))
-    for op in tr.FAST_FUNCTIONS:
-        patch(mx.fast, op, getattr(fallbacks, op))
-    mx.disable_compile()
-    try:
+    with measuring_ops(fast_fallbacks=True) as log:
         model(tokens, cache=cache)
-    finally:
-        mx.enable_compile()
-        for owner, attr, old in reversed(saved):
-            setattr(owner, attr, old)
-    return log
+    return [(op, nbytes) for op, nbytes, _ in log]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt-oss-20b", "lfm2-1.2b", "mamba-130m-hf", "phi-2"])
