@@ -321,7 +321,7 @@ def fenced_state(built: BuiltModel, settings: TraceSettings, quantized: bool = F
     """The lazy state a trace fences on (``lazy_state``): none without ``stream_fences``, and none for a model
     whose weights are quantized unless ``quantized``.
 
-    MLX cuts a quantized model's command buffers at the fences as it cuts a bf16 model's (48 in 4, 6 and 16 bits,
+    MLX cuts a quantized model's command buffers at the fences as it cuts a bf16 model's (48 in 4 and 6 bits and bf16,
     ``kernels/graph-commits-fenced.jsonl.xz``), but its first eval peaks alike with its state lazy or evaluated
     first: Llama-3.2-1B 0.58-0.82 GB against 0.648 in 4, 6 and 8 bits, Llama-3.2-3B and Llama-3.1-8B 4-bit 1.256
     against 1.243 and 1.843 against 1.920 (``kernels/fences-quantized-1b.jsonl``, ``graph-fences.jsonl``), where
