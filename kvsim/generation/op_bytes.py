@@ -58,27 +58,16 @@ def measuring_ops(fast_fallbacks: bool) -> Iterator[list[OpBytes]]:
     ``mx.fast`` ops run as their fallback graphs (``fallbacks``, what the CPU builds), else as MLX runs them."""
     log: list[OpBytes] = []
     depth = [0]
-    saved: list[tuple[Any, str, Any]] = []
-
-    def patch(owner: Any, attr: str, new: Any) -> None:
-        saved.append((owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)))
-        setattr(owner, attr, new)
-
-    for op in tr.MX_FUNCTIONS:
-        if hasattr(mx, op):
-            patch(mx, op, _measured(op, getattr(mx, op), log, depth))
-    for op in tr.METHODS:
-        attr = mx.array.__dict__.get(op)
-        if attr is not None:
-            patch(mx.array, op, property(_measured(op, attr.fget, log, depth)) if isinstance(attr, property)
-                  else _measured(op, attr, log, depth))
-    for op in tr.FAST_FUNCTIONS:
-        patch(mx.fast, op, getattr(fallbacks, op) if fast_fallbacks
-              else _measured("fast." + op, getattr(mx.fast, op), log, depth))
-    mx.disable_compile()
-    try:
+    with tr.patching() as patch:
+        for op in tr.MX_FUNCTIONS:
+            if hasattr(mx, op):
+                patch(mx, op, _measured(op, getattr(mx, op), log, depth))
+        for op in tr.METHODS:
+            attr = mx.array.__dict__.get(op)
+            if attr is not None:
+                patch(mx.array, op, property(_measured(op, attr.fget, log, depth)) if isinstance(attr, property)
+                      else _measured(op, attr, log, depth))
+        for op in tr.FAST_FUNCTIONS:
+            patch(mx.fast, op, getattr(fallbacks, op) if fast_fallbacks
+                  else _measured("fast." + op, getattr(mx.fast, op), log, depth))
         yield log
-    finally:
-        mx.enable_compile()
-        for owner, attr, old in reversed(saved):
-            setattr(owner, attr, old)

@@ -661,61 +661,69 @@ def _cpu_dequantize(recorded: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
-            kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
-    """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
-    CPU backend's implementations where they allocate temporaries (convolutions)."""
-    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
+def patching() -> Iterator[Callable[[Any, str, Any], None]]:
+    """Yield ``patch(owner, attr, new)``, which sets ``owner.attr``; on leaving the block every patched attribute
+    gets its old value back, the last patched first. ``mx.compile`` is off meanwhile."""
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, attr: str, new: Any) -> None:
         saved.append((owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)))
         setattr(owner, attr, new)
 
-    for name in MX_FUNCTIONS:
-        if hasattr(mx, name):
-            patch(mx, name, _wrap(t, name, getattr(mx, name)))
-    if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
-        patch(mx, "dequantize", _cpu_dequantize(mx.dequantize))
-    for name in FAST_FUNCTIONS:
-        if sdpa_kernels == "fallback":  # no kernel on this backend: MLX builds the fallback graph
-            patch(mx.fast, name, getattr(fallbacks, name))
-        elif name == "scaled_dot_product_attention":
-            patch(mx.fast, name, _gpu_sdpa(t, _wrap(t, f"fast.{name}", getattr(mx.fast, name))))
-        else:
-            patch(mx.fast, name, _wrap(t, f"fast.{name}", getattr(mx.fast, name)))
-    for name in METHODS:
-        attr = mx.array.__dict__.get(name)
-        if attr is None:
-            continue
-        if isinstance(attr, property):
-            getter = _wrap(t, name, attr.fget)
-            patch(mx.array, name, property(getter))
-        else:
-            patch(mx.array, name, _wrap(t, name, attr))
-    patch(mx.array, "__setitem__", _wrap_setitem(t, mx.array.__dict__["__setitem__"]))
-
-    def evaluate(*args: Any) -> None:  # the playback stands in for evaluation: nothing is computed
-        if t.on_eval is not None:
-            t.on_eval(list(_arrays(args)))
-
-    compiled = [(module, attr, value) for name, module in list(sys.modules.items())
-                if name.startswith(COMPILED_MODULES) and module
-                for attr, value in list(vars(module).items()) if type(value).__name__ == "_gc_func"]
-    shapeless = {id(v) for module, attr, v in compiled if _shapeless(module, attr)}  # where it is defined
-    for module, attr, value in compiled:
-        patch(module, attr, _wrap_compiled(t, value, id(value) in shapeless))
-    patch(mx, "eval", evaluate)
-    patch(mx, "async_eval", evaluate)
-    patch(mx.array, "item", lambda a: (evaluate(a), 0)[1])
-    patch(mx.array, "tolist", lambda a: (evaluate(a), [0] * a.size if a.ndim else 0)[1])
     mx.disable_compile()
     try:
-        yield t
+        yield patch
     finally:
         mx.enable_compile()
         for owner, attr, old in reversed(saved):
             setattr(owner, attr, old)
+
+
+@contextlib.contextmanager
+def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
+            kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
+    """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
+    CPU backend's implementations where they allocate temporaries (convolutions)."""
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
+    with patching() as patch:
+        for name in MX_FUNCTIONS:
+            if hasattr(mx, name):
+                patch(mx, name, _wrap(t, name, getattr(mx, name)))
+        if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
+            patch(mx, "dequantize", _cpu_dequantize(mx.dequantize))
+        for name in FAST_FUNCTIONS:
+            if sdpa_kernels == "fallback":  # no kernel on this backend: MLX builds the fallback graph
+                patch(mx.fast, name, getattr(fallbacks, name))
+            elif name == "scaled_dot_product_attention":
+                patch(mx.fast, name, _gpu_sdpa(t, _wrap(t, f"fast.{name}", getattr(mx.fast, name))))
+            else:
+                patch(mx.fast, name, _wrap(t, f"fast.{name}", getattr(mx.fast, name)))
+        for name in METHODS:
+            attr = mx.array.__dict__.get(name)
+            if attr is None:
+                continue
+            if isinstance(attr, property):
+                getter = _wrap(t, name, attr.fget)
+                patch(mx.array, name, property(getter))
+            else:
+                patch(mx.array, name, _wrap(t, name, attr))
+        patch(mx.array, "__setitem__", _wrap_setitem(t, mx.array.__dict__["__setitem__"]))
+
+        def evaluate(*args: Any) -> None:  # the playback stands in for evaluation: nothing is computed
+            if t.on_eval is not None:
+                t.on_eval(list(_arrays(args)))
+
+        compiled = [(module, attr, value) for name, module in list(sys.modules.items())
+                    if name.startswith(COMPILED_MODULES) and module
+                    for attr, value in list(vars(module).items()) if type(value).__name__ == "_gc_func"]
+        shapeless = {id(v) for module, attr, v in compiled if _shapeless(module, attr)}  # where it is defined
+        for module, attr, value in compiled:
+            patch(module, attr, _wrap_compiled(t, value, id(value) in shapeless))
+        patch(mx, "eval", evaluate)
+        patch(mx, "async_eval", evaluate)
+        patch(mx.array, "item", lambda a: (evaluate(a), 0)[1])
+        patch(mx.array, "tolist", lambda a: (evaluate(a), [0] * a.size if a.ndim else 0)[1])
+        yield t
 
 
 @dataclass(frozen=True, slots=True)
