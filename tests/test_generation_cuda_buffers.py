@@ -193,8 +193,8 @@ def test_attention_with_sinks_is_fused_unless_an_array_masks_it() -> None:
     (``op-bytes-gpt-oss.jsonl``): the causal layer's attention allocates its output alone (cuDNN), the sliding-window
     layer's, masked by an array, 1.04 GB: the fallback's two 512 MB score arrays at once. kvsim's CUDA trace makes
     one node of the output's bytes for the first, and the fallback graph for the second."""
-    row = next(json.loads(line) for line in (KERNELS / "op-bytes-gpt-oss.jsonl").read_text().splitlines()
-               if json.loads(line)["tokens"] == 2000)
+    rows = [json.loads(line) for line in (KERNELS / "op-bytes-gpt-oss.jsonl").read_text().splitlines()]
+    row = next(r for r in rows if r["tokens"] == 2000)
     real = [b for op, b, _ in row["ops"] if op == "fast.scaled_dot_product_attention"]
     config = dict(load_model_config("gpt-oss-20b").config)
     config["num_hidden_layers"], config["layer_types"] = 2, config["layer_types"][:2]
