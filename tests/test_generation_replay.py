@@ -79,3 +79,21 @@ def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play
     later = gpu_peak(p, evals(12.0, 13.0), evals(11.0, 12.0), evals(15.0, 16.0), floor)[0]
     assert later == gpu_peak(replace(p, first_eval_point_share=0.0), evals(12.0, 13.0), evals(11.0, 12.0),
                              evals(15.0, 16.0), floor)[0]
+
+
+def test_a_first_eval_the_task_throttle_bounds_keeps_its_fitted_play() -> None:
+    """Where the slowest host kvsim plays reaches the first eval's fitted play (MLX's ten tasks in flight set
+    the peak whatever the host's pace), the point is the fitted play, not a share of the way up from the floor;
+    a little short of it, the share holds."""
+    from dataclasses import replace
+
+    from kvsim.generation.predict import gpu_peak
+    from kvsim.generation.schedule import EvalPeak
+
+    def evals(*gb: float) -> list[EvalPeak]:
+        return [EvalPeak("prefill", 0, 0, int(x * 1e9), 0, 0) for x in gb]
+
+    p = replace(load_profile("mlx-cuda"), first_eval_point_share=0.5)
+    floor = evals(10.0, 10.2)
+    assert gpu_peak(p, evals(12.0, 10.5), evals(12.0, 10.5), evals(12.0, 10.5), floor)[0] == int(12.0e9)
+    assert gpu_peak(p, evals(12.0, 10.5), evals(11.9, 10.5), evals(12.0, 10.5), floor)[0] == int(11.0e9)

@@ -122,7 +122,8 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
     point = point_estimate(*tops[:3], weight)
     if fitted[0].peak_bytes == tops[0] and profile.first_eval_point_share > 0:  # the first eval peaks
         later = point_estimate(*_tops(fitted[1:], early[1:], late[1:]), weight) if len(fitted) > 1 else 0.0
-        point = max(first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes), later)
+        first = first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes, early[0].peak_bytes)
+        point = max(first, later)
         low, high = first_eval_range(profile, point, floor[0].peak_bytes)
     return int(point), int(low), int(high)
 

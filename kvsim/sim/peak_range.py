@@ -77,11 +77,19 @@ def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, f
     return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
 
 
-def first_eval_point(profile: BackendProfile, floor: float, fitted: float) -> float:
+def first_eval_point(profile: BackendProfile, floor: float, fitted: float, slowest: float) -> float:
     """The point of a process's first eval, ``first_eval_point_share`` of the way from its floor to its
     fitted play: a host still building kernels and CUDA graphs runs behind the device, which frees each
     command buffer about as soon as it is committed, for part of that eval or for all of it
-    (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval")."""
+    (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval").
+
+    Where the slowest host kvsim plays (``slowest``: the ``low`` variant's first eval) already reaches the
+    fitted play, the device is so far behind that MLX's ten tasks in flight (``MAX_ACTIVE_TASKS``,
+    ``transforms.cpp``) set the peak whatever the host's pace, and the point is the fitted play: gpt-oss-20b
+    at 2,000 tokens and Mixtral-8x7B at 1K landed 1.33 and 1.00 of the way up (``docs/generation.md``,
+    "CUDA: a first eval the task throttle bounds")."""
+    if slowest >= fitted:
+        return fitted
     return floor + profile.first_eval_point_share * (fitted - floor)
 
 
