@@ -66,7 +66,8 @@ class BackendProfile:
     host may run behind the device, which then frees each command buffer about as soon as it is committed:
     real first chunks peak anywhere from that eval's floor to its fitted (warm) play. Where the first eval
     peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
-    (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval). A generation's range
+    (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval), or on the fitted play where
+    the slowest host's play reaches it (MLX's task throttle, not the host, bounds that eval). A generation's range
     places ``model_range_low_share`` of its width below the point where it is clipped (0: ``range_low_share``):
     fitted on the train split, whose gemma-3-1b 8K generation peaks in two modes 22% apart.
     On CUDA a model's command buffers are cut as MLX cuts them where ``model_mlx_elements`` is set: every
