@@ -83,12 +83,13 @@ def first_eval_point(profile: BackendProfile, floor: float, fitted: float, slowe
     command buffer about as soon as it is committed, for part of that eval or for all of it
     (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval").
 
-    Where the slowest host kvsim plays (``slowest``: the ``low`` variant's first eval) already reaches the
-    fitted play, the device is so far behind that MLX's ten tasks in flight (``MAX_ACTIVE_TASKS``,
-    ``transforms.cpp``) set the peak whatever the host's pace, and the point is the fitted play: gpt-oss-20b
-    at 2,000 tokens and Mixtral-8x7B at 1K landed 1.33 and 1.00 of the way up (``docs/generation.md``,
-    "CUDA: a first eval the task throttle bounds")."""
-    if slowest >= fitted:
+    Where the slowest host kvsim plays (``slowest``: the ``low`` variant's first eval) reaches
+    ``first_eval_bound_share`` of the way from the floor to the fitted play, the device is so far behind that MLX's
+    ten tasks in flight (``MAX_ACTIVE_TASKS``, ``transforms.cpp``) set the peak, or nearly, whatever the host's pace,
+    and the point is the fitted play. Of the stored first evals, those whose slowest host reaches 0.91-1 of the way
+    landed 0.94-1.33 of the way up; those at 0.81 or less anywhere from 0.16 to 0.89 (``docs/generation.md``, "CUDA:
+    a first eval the task throttle bounds")."""
+    if fitted > floor and slowest - floor >= profile.first_eval_bound_share * (fitted - floor):
         return fitted
     return floor + profile.first_eval_point_share * (fitted - floor)
 

@@ -67,7 +67,8 @@ class BackendProfile:
     real first chunks peak anywhere from that eval's floor to its fitted (warm) play. Where the first eval
     peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
     (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval), or on the fitted play where
-    the slowest host's play reaches it (MLX's task throttle, not the host, bounds that eval). A generation's range
+    the slowest host's play reaches ``first_eval_bound_share`` of the way there (MLX's task throttle, not the
+    host, bounds that eval). A generation's range
     places ``model_range_low_share`` of its width below the point where it is clipped (0: ``range_low_share``):
     fitted on the train split, whose gemma-3-1b 8K generation peaks in two modes 22% apart.
     On CUDA a model's command buffers are cut as MLX cuts them where ``model_mlx_elements`` is set: every
@@ -143,6 +144,7 @@ class BackendProfile:
     model_host_kernel_high_s: float = 0.0  # whole-model graphs, the range's high end: the fastest host measured; 0: model_host_kernel_s
     model_device_dispatch_s: float = 0.0  # whole-model graphs: the device's seconds per kernel beyond its bytes (measured); 0: device_dispatch_s
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
+    first_eval_bound_share: float = 1.0  # whole-model graphs on a GPU: a first eval whose slowest-host play reaches this share of the way from its floor to its fitted play is bound by MLX's task throttle, its point the fitted play (chosen on the stored CUDA runs)
     model_range_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a generation's range (fitted on train); 0: range_low_share
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
