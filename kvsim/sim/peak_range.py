@@ -86,8 +86,8 @@ def first_eval_point(profile: BackendProfile, floor: float, fitted: float, slowe
     Where the slowest host kvsim plays (``slowest``: the ``low`` variant's first eval) reaches
     ``first_eval_bound_share`` of the way from the floor to the fitted play, the device is so far behind that MLX's
     ten tasks in flight (``MAX_ACTIVE_TASKS``, ``transforms.cpp``) set the peak, or nearly, whatever the host's pace,
-    and the point is the fitted play. Of the stored first evals, those whose slowest host reaches 0.91-1 of the way
-    landed 0.94-1.33 of the way up; those at 0.81 or less anywhere from 0.16 to 0.89 (``docs/generation.md``, "CUDA:
+    and the point is the fitted play. Of the stored first evals, those whose slowest host reaches 0.85-1 of the way
+    landed 0.84-1.33 of the way up; those at 0.82 or less anywhere from 0.16 to 1.05 (``docs/generation.md``, "CUDA:
     a first eval the task throttle bounds")."""
     if fitted > floor and slowest - floor >= profile.first_eval_bound_share * (fitted - floor):
         return fitted
