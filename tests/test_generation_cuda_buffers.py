@@ -129,7 +129,7 @@ def test_command_buffers_are_cut_where_mlx_cut_them(row: dict) -> None:
     """Each eval's command buffers against the CUDA graphs MLX committed. kvsim plays the first prompt chunk and
     the last two, then the decode steps; MLX's evals that commit nothing are left out, and so are the buffers of a
     Llama-3 model's lazy RoPE frequencies (one a layer, on the default stream; a quantized model's fences are traced
-here, though its point is played without them: ``fenced_state``). Every count is MLX's but phi-2's
+    here, though its point is played without them: ``fenced_state``). Every count is MLX's but phi-2's
     first chunk (21 against 20), whose layers add up MLX's 29 kernels each, and Phi-3-mini's later chunks (one more
     than MLX's: its first chunk was 5 and 8 before slices counted their span, against MLX's 8 and 11). bf16
     Llama-3.1-8B at 32K tokens: 17, 17, 10 and 12, as MLX's, where counting the caches a donated SliceUpdate never
@@ -202,7 +202,7 @@ def test_attention_with_sinks_is_fused_unless_an_array_masks_it() -> None:
     built = build_model(ModelConfig(config, "gpt-oss-2-layers"))
     cache = make_prompt_cache(built.model)
     settings = trace_settings(load_profile("mlx-cuda"))
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t:
+    with settings.tracing() as t:
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
         built.model(mx.zeros((1, 2000), mx.uint32), cache=cache)
     fused = [a for a in t.graph.arrays if a.prim == "ScaledDotProductAttention"]

@@ -16,7 +16,6 @@ import pytest
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.schedule import trace_settings
-from kvsim.generation.trace import tracing
 from kvsim.sim.profile import load_profile
 
 KERNELS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4" / "kernels"
@@ -63,7 +62,7 @@ def test_each_kernel_is_timed_at_its_own_rate() -> None:
     w = mx.zeros((256, 128), mx.bfloat16)
     q = mx.zeros((1, 4, 64, 32), mx.bfloat16)
     k = mx.zeros((1, 4, 96, 32), mx.bfloat16)
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t:
+    with settings.tracing() as t:
         y = x @ w.T
         o = mx.fast.scaled_dot_product_attention(q, k, k, scale=0.1, mask="causal")
     g = t.graph

@@ -59,14 +59,7 @@ def measuring_ops(fast_fallbacks: bool) -> Iterator[list[OpBytes]]:
     log: list[OpBytes] = []
     depth = [0]
     with tr.patching() as patch:
-        for op in tr.MX_FUNCTIONS:
-            if hasattr(mx, op):
-                patch(mx, op, _measured(op, getattr(mx, op), log, depth))
-        for op in tr.METHODS:
-            attr = mx.array.__dict__.get(op)
-            if attr is not None:
-                patch(mx.array, op, property(_measured(op, attr.fget, log, depth)) if isinstance(attr, property)
-                      else _measured(op, attr, log, depth))
+        tr.patch_array_ops(patch, lambda op, fn: _measured(op, fn, log, depth))
         for op in tr.FAST_FUNCTIONS:
             patch(mx.fast, op, getattr(fallbacks, op) if fast_fallbacks
                   else _measured("fast." + op, getattr(mx.fast, op), log, depth))

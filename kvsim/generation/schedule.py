@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -109,6 +110,10 @@ class TraceSettings:
     stream_fences: bool = False
     """The model's lazy state is traced as another stream's ops that its first readers fence on
     (``BackendProfile.model_stream_fences``, ``kvsim.generation.model.lazy_state``)."""
+
+    def tracing(self) -> AbstractContextManager[Trace]:
+        """``kvsim.generation.trace.tracing`` under these settings."""
+        return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop)
 
 
 KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic rate (0: matmul_flops_per_s)
@@ -357,8 +362,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     chunks = _chunks(w)
     events: list[Event] = []
     lazy = fenced_state(built, settings, fence_quantized)
-    with tracing(settings.sdpa_kernels, settings.bytes_per_flop, settings.cpu, settings.kernel_bytes_per_flop) as t, \
-            metal_kernels(t, profile):
+    with settings.tracing() as t, metal_kernels(t, profile):
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])

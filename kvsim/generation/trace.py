@@ -679,6 +679,18 @@ def patching() -> Iterator[Callable[[Any, str, Any], None]]:
             setattr(owner, attr, old)
 
 
+def patch_array_ops(patch: Callable[[Any, str, Any], None], wrap: Callable[[str, Callable], Callable]) -> None:
+    """Through ``patch`` (``patching``), replace each function of ``MX_FUNCTIONS`` that ``mx`` has and each method
+    of ``METHODS`` that ``mx.array`` has (a property through its getter) by ``wrap(name, original)``."""
+    for name in MX_FUNCTIONS:
+        if hasattr(mx, name):
+            patch(mx, name, wrap(name, getattr(mx, name)))
+    for name in METHODS:
+        attr = mx.array.__dict__.get(name)
+        if attr is not None:
+            patch(mx.array, name, property(wrap(name, attr.fget)) if isinstance(attr, property) else wrap(name, attr))
+
+
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
             kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
@@ -686,9 +698,7 @@ def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bo
     CPU backend's implementations where they allocate temporaries (convolutions)."""
     t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
     with patching() as patch:
-        for name in MX_FUNCTIONS:
-            if hasattr(mx, name):
-                patch(mx, name, _wrap(t, name, getattr(mx, name)))
+        patch_array_ops(patch, lambda name, fn: _wrap(t, name, fn))
         if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
             patch(mx, "dequantize", _cpu_dequantize(mx.dequantize))
         for name in FAST_FUNCTIONS:
@@ -698,15 +708,6 @@ def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bo
                 patch(mx.fast, name, _gpu_sdpa(t, _wrap(t, f"fast.{name}", getattr(mx.fast, name))))
             else:
                 patch(mx.fast, name, _wrap(t, f"fast.{name}", getattr(mx.fast, name)))
-        for name in METHODS:
-            attr = mx.array.__dict__.get(name)
-            if attr is None:
-                continue
-            if isinstance(attr, property):
-                getter = _wrap(t, name, attr.fget)
-                patch(mx.array, name, property(getter))
-            else:
-                patch(mx.array, name, _wrap(t, name, attr))
         patch(mx.array, "__setitem__", _wrap_setitem(t, mx.array.__dict__["__setitem__"]))
 
         def evaluate(*args: Any) -> None:  # the playback stands in for evaluation: nothing is computed
