@@ -128,8 +128,7 @@ def test_compiled_functions_fuse_as_mlx_fused_them_on_cuda(row: dict) -> None:
 def test_command_buffers_are_cut_where_mlx_cut_them(row: dict) -> None:
     """Each eval's command buffers against the CUDA graphs MLX committed. kvsim plays the first prompt chunk and
     the last two, then the decode steps; MLX's evals that commit nothing are left out, and so are the buffers of a
-    Llama-3 model's lazy RoPE frequencies (one a layer, on the default stream; a quantized model's fences are traced
-    here, though its point is played without them: ``fenced_state``). Every count is MLX's but phi-2's
+    Llama-3 model's lazy RoPE frequencies (one a layer, on the default stream; ``fenced_state``). Every count is MLX's but phi-2's
     first chunk (21 against 20), whose layers add up MLX's 29 kernels each, and Phi-3-mini's later chunks (one more
     than MLX's: its first chunk was 5 and 8 before slices counted their span, against MLX's 8 and 11). bf16
     Llama-3.1-8B at 32K tokens: 17, 17, 10 and 12, as MLX's, where counting the caches a donated SliceUpdate never
@@ -138,8 +137,8 @@ def test_command_buffers_are_cut_where_mlx_cut_them(row: dict) -> None:
     profile = load_profile("mlx-cuda").floor_variant()
     built = build_model(load_model_config(row["config"]))
     found: list[list[int]] = []
-    replay(record(built, Workload(row["prompt_tokens"], 2, prefill_step_size=row["step"]), profile,
-                  fence_quantized=True), profile, commits=found)
+    replay(record(built, Workload(row["prompt_tokens"], 2, prefill_step_size=row["step"]), profile), profile,
+           commits=found)
     real = [e["commits"] for e in row["evals"] if e.get("commits")]
     real[0] -= len(lazy_state(built.model))
     skipped = max(0, -(-(row["prompt_tokens"] - 1) // row["step"]) - 3)

@@ -146,6 +146,12 @@ class GenerationTrace:
     unfused_attention_bytes: int = 0
     """``Trace.unfused_attention_bytes`` over the whole generation (GPU traces; 0 on the CPU's)."""
 
+    @property
+    def first_eval_fenced(self) -> bool:
+        """Whether the first played eval reads another stream's result (the lazy state ``fenced_state`` gives)."""
+        first = next((e for e in self.events if isinstance(e, RecordedEval)), None)
+        return first is not None and any(a.fenced for a in first.graph.graph.arrays)
+
 
 @dataclass(slots=True)
 class Recorder:
@@ -322,24 +328,22 @@ def _replayable(recorded: TraceSettings, settings: TraceSettings, profile: Backe
     return recorded == settings
 
 
-def fenced_state(built: BuiltModel, settings: TraceSettings, quantized: bool = False) -> list[tuple[mx.array, int]]:
-    """The lazy state a trace fences on (``lazy_state``): none without ``stream_fences``, and none for a model
-    whose weights are quantized unless ``quantized``.
+def fenced_state(built: BuiltModel, settings: TraceSettings) -> list[tuple[mx.array, int]]:
+    """The lazy state a trace fences on (``lazy_state``): none without ``stream_fences``.
 
-    MLX cuts a quantized model's command buffers at the fences as it cuts a bf16 model's (48 in 4 and 6 bits and bf16,
-    ``kernels/graph-commits-fenced.jsonl.xz``), but its first eval peaks alike with its state lazy or evaluated
-    first: Llama-3.2-1B 0.58-0.82 GB against 0.648 in 4, 6 and 8 bits, Llama-3.2-3B and Llama-3.1-8B 4-bit 1.256
-    against 1.243 and 1.843 against 1.920 (``kernels/fences-quantized-1b.jsonl``, ``graph-fences.jsonl``), where
-    bf16 Llama-3.2-1B's falls from 0.64 to 0.20. Why was not found, so a quantized model is played unfenced: its
-    point, not its cuts (``docs/generation.md``, "CUDA: stream fences leave a quantized first eval where it was").
+    Quantized models too. They were played unfenced until the limit on command buffers in flight was found
+    (``BackendProfile.model_max_pending_buffers``): the fences' commits are not MLX tasks, so without it kvsim let
+    a fenced first eval run unboundedly far ahead of the device, 15.97 GB above the weights for DeepSeek-V2-Lite 4-bit
+    at 2,560 tokens against 10.99 real. With it the play reads 11.07 (``docs/generation.md``, "CUDA: a first eval
+    traced").
     """
-    if not settings.stream_fences or (built.quantization is not None and not quantized):
+    if not settings.stream_fences:
         return []
     return lazy_state(built.model)
 
 
 def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
-           cache: list[Any] | None = None, fence_quantized: bool = False) -> GenerationTrace:
+           cache: list[Any] | None = None) -> GenerationTrace:
     """Trace a generation on the stand-in model once, its evals recorded for ``replay``.
 
     Follows ``generate_step`` (mlx-lm 0.32.2 ``generate.py`` L431-461): prefill chunks of
@@ -350,7 +354,6 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     no cache changes size; they advance the caches by their rows untraced (where the caches allow it).
     Under ``stream_fences`` the model's lazy state (``fenced_state``) enters the trace unevaluated, built on
     another stream than ``generate_step``'s ``generation_stream``: the first eval that reads it computes it.
-    ``fence_quantized``: a quantized model's too (its command buffers as MLX cuts them).
     """
     w = workload
     from mlx_lm.models.cache import make_prompt_cache
@@ -361,7 +364,7 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
     mx.eval(prompt)
     chunks = _chunks(w)
     events: list[Event] = []
-    lazy = fenced_state(built, settings, fence_quantized)
+    lazy = fenced_state(built, settings)
     with settings.tracing() as t, metal_kernels(t, profile):
         rec = Recorder(t, cache, events.append)
         t.on_eval = rec.on_eval
@@ -396,7 +399,7 @@ def generation_profile(profile: BackendProfile) -> BackendProfile:
     ``model_host_kernel_s``) and its range's share below the point (``model_range_low_share``), where it sets them:
     ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
     p = profile
-    fields = {"max_active_tasks": p.model_max_active_tasks, "device_bytes_per_s": p.model_device_bytes_per_s,
+    fields = {"max_active_tasks": p.model_max_active_tasks, "max_pending_buffers": p.model_max_pending_buffers, "device_bytes_per_s": p.model_device_bytes_per_s,
               "device_dispatch_s": p.model_device_dispatch_s, "host_node_s": p.model_host_node_s,
               "host_kernel_s": p.model_host_kernel_s, "range_low_share": p.model_range_low_share}
     return replace(p, **{k: v for k, v in fields.items() if v > 0})

@@ -10,7 +10,9 @@ buffer holding an op that ``waits`` (``BackendProfile.model_waiting_gemms``). An
 array (another stream's result in the same eval, ``BackendProfile.model_stream_fences``) waits on its fence:
 the open buffer is committed (not an in-flight task) and the host waits for that stream's buffer, which runs
 beside this stream's work (MLX's ``eval_impl`` ``needs_fence``, ``Fence::wait``; the commits are measured,
-``docs/generation.md``, "CUDA: stream fences").
+``docs/generation.md``, "CUDA: stream fences"). Neither a fence's commits nor the fenced buffers are MLX tasks,
+so the throttle does not hold them; where ``max_pending_buffers`` command buffers of any kind are in flight, the
+next commit waits for the oldest to complete (CUDA's ``cuGraphLaunch`` blocks: "CUDA: a first eval traced").
 Frees land at their completion times, mallocs at host times; the allocator sees them in
 time order, which is what decides the peak.
 """
@@ -138,6 +140,7 @@ def run_eval(
 
     device_free_t = state.device_free_s
     task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
+    pending_ends: deque[float] = deque()  # GPU: completion times of every command buffer in flight, tasks or not
     open_held: list[int] = []  # GPU: buffers the open command buffer holds
     open_ops = 0
     open_elements = 0
@@ -150,6 +153,7 @@ def run_eval(
         nonlocal device_free_t, open_held, open_ops, open_elements, open_work_s, open_waits
         if open_ops == 0:
             return t
+        t = launch_slot(t)
         end = max(device_free_t, t) + open_work_s
         device_free_t = end
         if state.commit_nodes is not None:
@@ -157,10 +161,23 @@ def run_eval(
         done = end + profile.completion_lag_s
         if task:
             task_ends.append(done)
+        pending_ends.append(done)
         frees.append((done, open_held))
         waits, open_waits = open_waits and waiting, False
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
         return done if waits else t
+
+    max_pending = profile.max_pending_buffers
+
+    def launch_slot(t: float) -> float:
+        """When a command buffer committed at ``t`` launches: once fewer than ``max_pending`` are in flight
+        (``cuGraphLaunch`` blocks the host; 0: never)."""
+        while pending_ends and pending_ends[0] <= t:
+            pending_ends.popleft()
+        if max_pending and len(pending_ends) >= max_pending:
+            t = pending_ends.popleft()
+            drain(t)
+        return t
 
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
@@ -218,7 +235,9 @@ def run_eval(
                 table[b].refs += 1
         work_s = kernels * dispatch_s + arr.work_bytes / bytes_per_s
         if is_gpu and arr.fenced:  # another stream's buffer, committed by the fence's signal (not a task); it
+            host_t = launch_slot(host_t)  # the fence's commit launches it on its stream: a buffer in flight
             fence_done[a] = host_t + work_s + profile.completion_lag_s  # runs beside this stream's work
+            pending_ends.append(fence_done[a])
             frees.append((max(fence_done[a], frees[-1][0] if frees else 0.0), held))
         elif is_gpu:
             open_held.extend(held)

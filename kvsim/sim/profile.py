@@ -118,6 +118,7 @@ class BackendProfile:
     gc_limit_bytes: int = 1 << 62
     dispatches_per_task: int = 10
     max_active_tasks: int = 10
+    max_pending_buffers: int = 0  # GPU: command buffers in flight, MLX's tasks or not, at which the next launch waits for the oldest to complete; 0: unbounded
     commit_ops: int = 0
     commit_elements: int = 0
     graph_nodes_per_kernel: float = 1.0
@@ -131,6 +132,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
+    model_max_pending_buffers: int = 0  # whole-model graphs on CUDA: max_pending_buffers (measured: cuGraphLaunch blocks at 42 graphs in flight on an H200); 0: max_pending_buffers
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
     quantized_matmul_flops_per_s: float = 0.0  # whole-model graphs: a quantized matmul's rate; 0: matmul_flops_per_s
@@ -144,6 +146,7 @@ class BackendProfile:
     model_host_kernel_high_s: float = 0.0  # whole-model graphs, the range's high end: the fastest host measured; 0: model_host_kernel_s
     model_device_dispatch_s: float = 0.0  # whole-model graphs: the device's seconds per kernel beyond its bytes (measured); 0: device_dispatch_s
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
+    first_eval_fenced_point_share: float = 0.0  # whole-model graphs on a GPU: first_eval_point_share of a first eval cut at stream fences (measured: its graphs repeat layer by layer, so a cold host instantiates few); 0: first_eval_point_share
     first_eval_bound_share: float = 1.0  # whole-model graphs on a GPU: a first eval whose slowest-host play reaches this share of the way from its floor to its fitted play is bound by MLX's task throttle, its point the fitted play (chosen on the stored CUDA runs)
     model_range_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a generation's range (fitted on train); 0: range_low_share
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured

@@ -50,6 +50,7 @@ def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = Non
             t3 = time.perf_counter()
             print(json.dumps({"name": name, "run": run, "offset": start, "tokens": chunk.shape[1],
                               "build_s": t1 - t0, "encode_s": t2 - t1, "wall_s": t3 - t1,
+                              "encode_start_s": t1, "encode_end_s": t2, "done_s": t3,
                               "peak_above_bytes": mx.get_peak_memory() - held,
                               "max_ops_per_buffer": os.environ.get("MLX_MAX_OPS_PER_BUFFER", ""),
                               "dtype": dtype or "config"}), flush=True)
