@@ -51,10 +51,10 @@ def passes(name: str) -> tuple[Pass, ...]:
             instantiations.append((enter[p[3]], int(p[4]) / 1e9))
     out = []
     for t in (r for r in timing if "run" in r):
-        inside = lambda s: t["encode_start_s"] <= s <= t["done_s"]  # noqa: E731
+        start, done = t["encode_start_s"], t["done_s"]
         out.append(Pass(t["peak_above_bytes"],
-                        tuple((a, b, *device[c]) for c, a, b in launches if inside(a) and c in device),
-                        tuple(b - a for a, b in instantiations if inside(a))))
+                        tuple((a, b, *device[c]) for c, a, b in launches if start <= a <= done and c in device),
+                        tuple(b - a for a, b in instantiations if start <= a <= done)))
     return tuple(out)
 
 
