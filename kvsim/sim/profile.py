@@ -68,7 +68,10 @@ class BackendProfile:
     peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
     (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval), or on the fitted play where
     the slowest host's play reaches ``first_eval_bound_share`` of the way there (MLX's task throttle, not the
-    host, bounds that eval). A generation's range
+    host, bounds that eval). A first eval cut at stream fences takes ``first_eval_fenced_point_share`` instead: its graphs
+    repeat layer by layer, so a cold host instantiates few, and the fences' buffers, which MLX does not count as
+    tasks, run ahead until ``model_max_pending_buffers`` are in flight (``docs/generation.md``, "CUDA: a first eval
+    traced"). A generation's range
     places ``model_range_low_share`` of its width below the point where it is clipped (0: ``range_low_share``):
     fitted on the train split, whose gemma-3-1b 8K generation peaks in two modes 22% apart.
     On CUDA a model's command buffers are cut as MLX cuts them where ``model_mlx_elements`` is set: every
