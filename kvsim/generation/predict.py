@@ -61,8 +61,8 @@ class Prediction:
         return [f"Attention runs unfused on {self.backend} here (float32 queries, a head size the fused kernels "
                 "do not take, or attention sinks under an array mask), with up to "
                 f"{self.unfused_attention_bytes / 2**30:.2f} GiB of scores a layer: of the six such models measured "
-                "at 8K tokens on an H200, five peaked inside their ranges and phi-2 19% above its point, and "
-                "gpt-oss-20b's lone 1,536- to 2,048-token prompts up to 19% above theirs, so this peak is less certain."]
+                "at 8K tokens on an H200, five peaked inside their ranges and phi-2 19% above its point (gpt-oss-20b's "
+                "one-chunk prompts of 1,408 to 3,000 tokens within 5.3% of theirs), so this peak is less certain."]
 
     @property
     def resident_bytes(self) -> int:
