@@ -140,7 +140,10 @@ def run_eval(
 
     device_free_t = state.device_free_s
     task_ends: deque[float] = deque()  # completion times (nondecreasing) of tasks in flight
-    pending_ends: deque[float] = deque()  # GPU: completion times of every command buffer in flight, tasks or not
+    # GPU: every command buffer in flight, tasks or not, in launch order; a slot frees when the oldest completes. The
+    # fences chain the two streams: in the trace each layer's 2-node fence graph ran as long as the 69-node graph
+    # beside it and ended with it (DeepSeek-V2-Lite 4-bit, kernels/first-eval-trace.tar.xz), so slots free in order.
+    pending_ends: deque[float] = deque()
     open_held: list[int] = []  # GPU: buffers the open command buffer holds
     open_ops = 0
     open_elements = 0
