@@ -4,7 +4,8 @@
 # traced by the CUPTI library cold_trace.c, built here against the machine's CUDA). An untraced process first
 # builds each model's kernels, so the traced cold pass is a process's first eval as the stored runs' were
 # (docs/generation.md, "CUDA: a first eval cold and warm"). Writes $OUT/first-eval-trace.tar.xz (trace-NAME.txt, timing-NAME.jsonl). SKIP_BUILD=1: a machine
-# that has built the kernels already (MLX keeps them under /tmp/mlx).
+# that has built the kernels already (MLX keeps them under /tmp/mlx). RUNS: other runs than these (the second
+# trace: docs/generation.md, "CUDA: a first eval traced", item 6).
 set -o pipefail; export STAGE=/tmp/stage SITE=/tmp/site; source docs/tools/device/device_unpack.sh || exit 3
 start=$(date +%s); deadline=${DEADLINE_S:-540}
 nvidia-smi -L | tee $OUT/device.txt
@@ -23,13 +24,17 @@ run() {  # SECONDS NAME CONFIG TOKENS [trace]
     > $OUT/timing-$2.jsonl 2> $OUT/timing-$2.err
   echo "$2 rc $? $(date +%T)"
 }
-[ -z "${SKIP_BUILD:-}" ] && run 170 qwen-build qwen3-30b-a3b-4bit 1024
-run 60 qwen1k qwen3-30b-a3b-4bit 1024 trace
-run 60 qwen2k qwen3-30b-a3b-4bit 2048 trace
-[ -z "${SKIP_BUILD:-}" ] && run 60 ds-build $D 2560
-run 60 ds2560 $D 2560 trace
-run 40 llama1b-a llama-3.2-1b-instruct 1024 trace
-run 40 llama1b-b llama-3.2-1b-instruct 1024 trace
-[ -z "${SKIP_BUILD:-}" ] && run 60 gptoss-build gpt-oss-20b 1536
-run 60 gptoss1536 gpt-oss-20b 1536 trace
+if [ -n "${RUNS:-}" ]; then  # SECONDS:NAME:CONFIG:TOKENS[:trace] ..., in order
+  for r in $RUNS; do IFS=: read -r sec name config tokens trace <<< "$r"; run "$sec" "$name" "$config" "$tokens" $trace; done
+else
+  [ -z "${SKIP_BUILD:-}" ] && run 170 qwen-build qwen3-30b-a3b-4bit 1024
+  run 60 qwen1k qwen3-30b-a3b-4bit 1024 trace
+  run 60 qwen2k qwen3-30b-a3b-4bit 2048 trace
+  [ -z "${SKIP_BUILD:-}" ] && run 60 ds-build $D 2560
+  run 60 ds2560 $D 2560 trace
+  run 40 llama1b-a llama-3.2-1b-instruct 1024 trace
+  run 40 llama1b-b llama-3.2-1b-instruct 1024 trace
+  [ -z "${SKIP_BUILD:-}" ] && run 60 gptoss-build gpt-oss-20b 1536
+  run 60 gptoss1536 gpt-oss-20b 1536 trace
+fi
 cd $OUT && tar cJf first-eval-trace.tar.xz trace-*.txt timing-* && rm -f trace-*.txt timing-*; ls -la $OUT
