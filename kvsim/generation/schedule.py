@@ -29,6 +29,7 @@ from kvsim.generation.model import BuiltModel, lazy_state
 from kvsim.generation.trace import EvalGraph, Trace, subgraph, tracing
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
+from kvsim.sim.graph_cache import GraphCache
 from kvsim.sim.profile import BackendProfile
 
 
@@ -229,7 +230,8 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        state = EvalState(commit_nodes=None if self.commits is None else [])
+        cold = not self.evals and self.profile.is_gpu and self.profile.model_instantiate_s > 0  # the process's first
+        state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=GraphCache() if cold else None)
         run_eval(ev.graph, leaves, buffers, self.profile, state)
         if self.commits is not None:
             self.commits.append(state.commit_nodes)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.graph import VIEW_PRIMS, StepGraph
+from kvsim.sim.graph_cache import GraphCache
 from kvsim.sim.profile import BackendProfile
 from kvsim.sim.tape import execution_order
 
@@ -92,6 +93,7 @@ class EvalState:
     device_free_s: float = 0.0
     frees: deque[tuple[float, list[int]]] = field(default_factory=deque)  # (time, buffer ids), in time order
     commit_nodes: list[int] | None = None  # when a list: each GPU commit appends its graph's nodes
+    graph_cache: GraphCache | None = None  # CUDA, a process's first eval: a buffer of a new structure waits for the device
 
 
 def run_eval(
@@ -157,6 +159,9 @@ def run_eval(
         if open_ops == 0:
             return t
         t = launch_slot(t)
+        if cache is not None and cache.commit():  # instantiated: the host waits for every graph in flight
+            t = max(t, device_free_t, *pending_ends) + profile.model_instantiate_s
+            drain(t)
         end = max(device_free_t, t) + open_work_s
         device_free_t = end
         if state.commit_nodes is not None:
@@ -170,7 +175,7 @@ def run_eval(
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
         return done if waits else t
 
-    max_pending = profile.max_pending_buffers
+    max_pending, cache = profile.max_pending_buffers, state.graph_cache
 
     def launch_slot(t: float) -> float:
         """When a command buffer committed at ``t`` launches: once fewer than ``max_pending`` are in flight
@@ -244,6 +249,8 @@ def run_eval(
             frees.append((max(fence_done[a], frees[-1][0] if frees else 0.0), held))
         elif is_gpu:
             open_held.extend(held)
+            if cache is not None:
+                cache.add(a, ins, arr.gpu_nodes)
             open_ops += arr.gpu_nodes * nodes_per_kernel  # graph nodes: views launch none
             if kernels:  # MLX counts input elements, not bytes (2-byte elements where not known)
                 if count_elements:

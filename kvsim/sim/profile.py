@@ -135,6 +135,7 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
+    model_instantiate_s: float = 0.0  # whole-model graphs on CUDA, a process's first eval: a command buffer of a structure new to the process is instantiated, and the host resumes this long after the device finishes every graph in flight (measured 0.6-2.3 ms, CUPTI; kvsim.sim.graph_cache); 0: no graph cache played
     model_max_pending_buffers: int = 0  # whole-model graphs on CUDA: max_pending_buffers (measured: cuGraphLaunch blocks at 42 graphs in flight on an H200); 0: max_pending_buffers
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
