@@ -230,7 +230,8 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        cold = not self.evals and self.profile.is_gpu and self.profile.model_instantiate_s > 0  # the process's first
+        # the process's first eval meets MLX's graph cache empty (kvsim.sim.graph_cache; off where the profile says 0)
+        cold = not self.evals and self.profile.is_gpu and self.profile.model_instantiate_s > 0
         state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=GraphCache() if cold else None)
         run_eval(ev.graph, leaves, buffers, self.profile, state)
         if self.commits is not None:
