@@ -104,23 +104,36 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from kvsim.generation.schedule import Workload
     from kvsim.sim.profile import load_profile
 
-    profile = load_profile(args.backend)
+    profile = dataclasses.replace(load_profile(args.backend), **dict(args.set or []))
     model_fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name.startswith("model_")}
     workloads = parse_workloads(args.workloads)
     for name in args.configs.split(","):
         built = build_model(load_model_config(name))
         for n, step, k in workloads:
-            p = predict(built, Workload(n, k, prefill_step_size=step), args.backend)
+            p = predict(built, Workload(n, k, prefill_step_size=step), args.backend, profile=profile)
             row = {"name": name, "prompt_tokens": n, "prefill_step_size": step, "max_tokens": k,
                    "peak_bytes": p.peak_bytes, "peak_low_bytes": p.peak_low_bytes, "peak_high_bytes": p.peak_high_bytes,
                    "weights_bytes": p.weights_bytes, "kv_bytes": p.kv_bytes, "backend": args.backend,
-                   "profile_model_fields": model_fields,
+                   "profile_model_fields": model_fields, **({"profile_set": dict(args.set)} if args.set else {}),
                    "mlx_version": mx.__version__, "mlx_lm_version": mlx_lm.__version__,
                    "note": "kvsim generate's prediction, made before the run was measured"}
             append_jsonl(Path(args.out), [row])
             print(f"{name} N={n}: {p.peak_bytes / 1e9:.2f} GB [{(p.peak_low_bytes or 0) / 1e9:.2f}, "
                   f"{(p.peak_high_bytes or 0) / 1e9:.2f}]", file=sys.stderr, flush=True)
     return 0
+
+
+def _profile_field(text: str) -> tuple[str, float]:
+    """argparse type: ``FIELD=NUMBER`` naming a profile field, else one line naming it."""
+    from kvsim.sim.profile import BackendProfile
+
+    name, _, value = text.partition("=")
+    if name not in {f.name for f in dataclasses.fields(BackendProfile)}:
+        raise argparse.ArgumentTypeError(f"no profile field {name!r}")
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a number") from None
 
 
 def _existing_file(path: str) -> str:
@@ -151,6 +164,8 @@ def main() -> int:
     q.add_argument("--workloads", default=None, help=f"N:step:K,... (default: {WORKLOADS})")
     q.add_argument("--backend", default="mlx-cuda", choices=("mlx-cpu", "mlx-cuda", "mlx-metal"))
     q.add_argument("--out", required=True, help="jsonl file the predictions are appended to")
+    q.add_argument("--set", action="append", type=_profile_field, metavar="FIELD=VALUE",
+                   help="predict under the backend's profile with this field changed (a candidate); repeatable")
     q.set_defaults(func=cmd_predict)
     args = parser.parse_args()
     from kvsim.core.errors import KvsimError

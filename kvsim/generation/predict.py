@@ -132,10 +132,11 @@ def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPe
 
 
 def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
-            policy: dict[str, Any] | None = None) -> Prediction:
+            policy: dict[str, Any] | None = None, profile: BackendProfile | None = None) -> Prediction:
     """Play the generation of ``workload`` on ``built`` through ``backend``'s profile: traced once, played
-    under the fitted timing and, on a GPU profile, under the range's three others."""
-    profile = load_profile(backend)
+    under the fitted timing and, on a GPU profile, under the range's three others. ``profile``: one to play instead
+    of ``backend``'s shipped one (a candidate's fields, for a held-out set predicted under it)."""
+    profile = profile or load_profile(backend)
     recorded = record(built, workload, profile, policy_cache(built, policy))
     pb = replay(recorded, profile)
     evals = pb.evals
