@@ -123,17 +123,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_field(text: str) -> tuple[str, float]:
-    """argparse type: ``FIELD=NUMBER`` naming a profile field, else one line naming it."""
+def _profile_field(text: str) -> tuple[str, int | float]:
+    """argparse type: ``FIELD=NUMBER`` naming a numeric profile field (an int field takes an int), else one line
+    naming it."""
     from kvsim.sim.profile import BackendProfile
 
     name, _, value = text.partition("=")
-    if name not in {f.name for f in dataclasses.fields(BackendProfile)}:
-        raise argparse.ArgumentTypeError(f"no profile field {name!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(BackendProfile)}
+    if not isinstance(defaults.get(name), int | float) or isinstance(defaults[name], bool):
+        raise argparse.ArgumentTypeError(f"no numeric profile field {name!r}")
     try:
-        return name, float(value)
+        return name, type(defaults[name])(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a valid {type(defaults[name]).__name__}") from None
 
 
 def _existing_file(path: str) -> str:
