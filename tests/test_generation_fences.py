@@ -84,7 +84,7 @@ def _point_above_weights(built: object, w: Workload, fences: bool) -> int:
     rec = record(built, w, profile)
     plays = [replay(rec, p).evals for p in (profile, profile.variant("low"), profile.variant("high"),
                                             profile.floor_variant())]
-    return gpu_peak(profile, *plays, first_fenced=rec.first_eval_fenced)[0] - rec.weights_bytes
+    return gpu_peak(profile, *plays)[0] - rec.weights_bytes
 
 
 def test_fences_predict_the_measured_lazy_and_evaluated_first_chunks() -> None:

@@ -79,23 +79,3 @@ def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play
     later = gpu_peak(p, evals(12.0, 13.0), evals(11.0, 12.0), evals(15.0, 16.0), floor)[0]
     assert later == gpu_peak(replace(p, first_eval_point_share=0.0), evals(12.0, 13.0), evals(11.0, 12.0),
                              evals(15.0, 16.0), floor)[0]
-
-
-def test_a_first_eval_the_task_throttle_bounds_keeps_its_fitted_play() -> None:
-    """Where the slowest host kvsim plays reaches ``first_eval_bound_share`` of the way from the first eval's floor
-    to its fitted play (MLX's ten tasks in flight set the peak, or nearly, whatever the host's pace), the point is the
-    fitted play, not a share of the way up from the floor; short of it, the share holds."""
-    from dataclasses import replace
-
-    from kvsim.generation.predict import gpu_peak
-    from kvsim.generation.schedule import EvalPeak
-
-    def evals(*gb: float) -> list[EvalPeak]:
-        return [EvalPeak("prefill", 0, 0, int(x * 1e9), 0, 0) for x in gb]
-
-    p = replace(load_profile("mlx-cuda"), first_eval_point_share=0.5, first_eval_bound_share=0.85)
-    floor, fitted, late = evals(10.0, 10.2), evals(12.0, 10.5), evals(12.0, 10.5)
-    assert gpu_peak(p, fitted, evals(12.0, 10.5), late, floor)[0] == int(12.0e9)
-    assert gpu_peak(p, fitted, evals(11.7, 10.5), late, floor)[0] == int(12.0e9)  # 0.85 of the way up
-    assert gpu_peak(p, fitted, evals(11.6, 10.5), late, floor)[0] == int(11.0e9)  # 0.8: halfway
-    assert gpu_peak(replace(p, first_eval_bound_share=1.0), fitted, evals(11.9, 10.5), late, floor)[0] == int(11.0e9)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kvsim.generation.config import load_model_config
@@ -111,21 +111,18 @@ def _tops(*plays: list[EvalPeak]) -> list[int]:
 
 
 def gpu_peak(profile: BackendProfile, fitted: list[EvalPeak], early: list[EvalPeak], late: list[EvalPeak],
-             floor: list[EvalPeak], first_fenced: bool = False) -> tuple[int, int, int]:
+             floor: list[EvalPeak]) -> tuple[int, int, int]:
     """``(point, low, high)`` of a GPU generation from its evals under the fitted, earliest, latest and
     floor timings. Where the process's first eval peaks, its point is ``first_eval_point`` (or a later
-    eval's, if higher) and the range is placed on that point (``first_eval_range``); ``first_fenced``: that eval
-    is cut at stream fences, and its point share is ``first_eval_fenced_point_share`` where the profile sets one.
+    eval's, if higher) and the range is placed on that point (``first_eval_range``).
     A generation's range puts ``model_range_low_share`` of its width below the point (``generation_profile``)."""
     profile = generation_profile(profile)
-    if first_fenced and profile.first_eval_fenced_point_share > 0:
-        profile = replace(profile, first_eval_point_share=profile.first_eval_fenced_point_share)
     tops, weight = _tops(fitted, early, late, floor), profile.peak_point_weight
     low, high = profile_range(profile, *tops)
     point = point_estimate(*tops[:3], weight)
     if fitted[0].peak_bytes == tops[0] and profile.first_eval_point_share > 0:  # the first eval peaks
         later = point_estimate(*_tops(fitted[1:], early[1:], late[1:]), weight) if len(fitted) > 1 else 0.0
-        first = first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes, early[0].peak_bytes)
+        first = first_eval_point(profile, floor[0].peak_bytes, fitted[0].peak_bytes)
         point = max(first, later)
         low, high = first_eval_range(profile, point, floor[0].peak_bytes)
     return int(point), int(low), int(high)
@@ -145,7 +142,7 @@ def predict(built: BuiltModel, workload: Workload, backend: str = "mlx-cpu",
     if profile.is_gpu:  # the range of kvsim.sim.peak_range: earliest, latest and floor free timings
         plays = [replay(recorded, p).evals for p in (profile.variant("low"), profile.variant("high"),
                                                      profile.floor_variant())]
-        peak, low, high = gpu_peak(profile, evals, *plays, first_fenced=recorded.first_eval_fenced)
+        peak, low, high = gpu_peak(profile, evals, *plays)
     footprint = max(peak, built.weights_bytes + pb.carry.repeat_footprint_bytes,  # (a GPU point may exceed
                     *(e.footprint_bytes for e in evals))  # the fitted timing's own peak)
     return Prediction(f"{built.config.source} ({built.config.model_type})", backend, workload, policy,

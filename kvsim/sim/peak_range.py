@@ -77,20 +77,12 @@ def profile_range(profile: BackendProfile, fitted: Any, early: Any, late: Any, f
     return (low, high) if floor is None else floor_clamp(low, high, floor, profile.range_floor_margin)
 
 
-def first_eval_point(profile: BackendProfile, floor: float, fitted: float, slowest: float) -> float:
-    """The point of a process's first eval, ``first_eval_point_share`` of the way from its floor to its
-    fitted play: a host still building kernels and CUDA graphs runs behind the device, which frees each
-    command buffer about as soon as it is committed, for part of that eval or for all of it
-    (``docs/generation.md``, "CUDA: measured kernel rates and a process's first eval").
-
-    Where the slowest host kvsim plays (``slowest``: the ``low`` variant's first eval) reaches
-    ``first_eval_bound_share`` of the way from the floor to the fitted play, the device is so far behind that MLX's
-    ten tasks in flight (``MAX_ACTIVE_TASKS``, ``transforms.cpp``) set the peak, or nearly, whatever the host's pace,
-    and the point is the fitted play. Of the stored first evals, those whose slowest host reaches 0.85-1 of the way
-    landed 0.84-1.33 of the way up; those at 0.82 or less anywhere from 0.16 to 1.05 (``docs/generation.md``, "CUDA:
-    a first eval the task throttle bounds")."""
-    if fitted > floor and slowest - floor >= profile.first_eval_bound_share * (fitted - floor):
-        return fitted
+def first_eval_point(profile: BackendProfile, floor: float, fitted: float) -> float:
+    """The point of a process's first eval, ``first_eval_point_share`` of the way from its floor to its fitted
+    play. The CUDA profile plays that eval cold (``model_instantiate_s``, ``kvsim.sim.graph_cache``) and puts the
+    point on the play (share 1): the seventeenth held-out set, predicted both ways before it was measured, had 7 of 7
+    inside its ranges so, against 5 of 7 with the halfway point of a warm play (``docs/generation.md``, "CUDA: the
+    graph cache, switched on")."""
     return floor + profile.first_eval_point_share * (fitted - floor)
 
 

@@ -64,14 +64,13 @@ class BackendProfile:
     (``docs/generation.md``, "CUDA: measured kernel rates"). A process's first eval of a model builds what
     later ones reuse (CUDA: kernels loaded or compiled, CUDA graphs instantiated, cuDNN plans built), so its
     host may run behind the device, which then frees each command buffer about as soon as it is committed:
-    real first chunks peak anywhere from that eval's floor to its fitted (warm) play. Where the first eval
-    peaks, the point lies ``first_eval_point_share`` of the way from the floor to the fitted play
-    (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval), or on the fitted play where
-    the slowest host's play reaches ``first_eval_bound_share`` of the way there (MLX's task throttle, not the
-    host, bounds that eval). A first eval cut at stream fences takes ``first_eval_fenced_point_share`` instead: its graphs
-    repeat layer by layer, so a cold host instantiates few, and the fences' buffers, which MLX does not count as
-    tasks, run ahead until ``model_max_pending_buffers`` are in flight (``docs/generation.md``, "CUDA: a first eval
-    traced"). A generation's range
+    real first chunks peak anywhere from that eval's floor to its warm play. On CUDA the first eval is played
+    cold where ``model_instantiate_s`` is set: a command buffer of a structure new to the process makes the host
+    wait for every graph in flight (``kvsim.sim.graph_cache``), and the buffers of a stream fence, which MLX does
+    not count as tasks, run ahead until ``model_max_pending_buffers`` are in flight (``docs/generation.md``, "CUDA: a
+    first eval traced"). Where the first eval peaks, the point lies ``first_eval_point_share`` of the way from its
+    floor to that play (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval). A
+    generation's range
     places ``model_range_low_share`` of its width below the point where it is clipped (0: ``range_low_share``):
     fitted on the train split, whose gemma-3-1b 8K generation peaks in two modes 22% apart.
     On CUDA a model's command buffers are cut as MLX cuts them where ``model_mlx_elements`` is set: every
@@ -150,8 +149,6 @@ class BackendProfile:
     model_host_kernel_high_s: float = 0.0  # whole-model graphs, the range's high end: the fastest host measured; 0: model_host_kernel_s
     model_device_dispatch_s: float = 0.0  # whole-model graphs: the device's seconds per kernel beyond its bytes (measured); 0: device_dispatch_s
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
-    first_eval_fenced_point_share: float = 0.0  # whole-model graphs on a GPU: first_eval_point_share of a first eval cut at stream fences (measured: its graphs repeat layer by layer, so a cold host instantiates few); 0: first_eval_point_share
-    first_eval_bound_share: float = 1.0  # whole-model graphs on a GPU: a first eval whose slowest-host play reaches this share of the way from its floor to its fitted play is bound by MLX's task throttle, its point the fitted play (chosen on the stored CUDA runs)
     model_range_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a generation's range (fitted on train); 0: range_low_share
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
