@@ -57,17 +57,18 @@ QMM_SHAPES = {"phi-3 qkv": (3072, 9216), "phi-3 gate_up": (3072, 16384), "phi-3 
 Llama-3.1-8B's gate, the shape ``matmul`` times."""
 
 
-def qmm_shape_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
-    """4-bit affine matmuls (group 64) of ``QMM_SHAPES`` at ``tokens`` rows: an 8K prompt's last chunk has 2,047."""
+def qmm_shape_cases(tokens: int, bits: int = 4) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """Affine matmuls (group 64, ``bits`` wide) of ``QMM_SHAPES`` at ``tokens`` rows: an 8K prompt's last chunk has
+    2,047."""
     out = []
     for name, (k, n) in QMM_SHAPES.items():
         x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
-        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=4)
+        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=bits)
         mx.eval(x, wq, scales, biases)
 
         def call(x=x, wq=wq, scales=scales, biases=biases) -> mx.array:
-            return mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=4)
-        out.append((f"quantized_matmul 4-bit {name} {tokens}x{k}x{n}", call, 2.0 * tokens * k * n))
+            return mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=bits)
+        out.append((f"quantized_matmul {bits}-bit {name} {tokens}x{k}x{n}", call, 2.0 * tokens * k * n))
     return out
 
 
@@ -251,7 +252,8 @@ def forward_cases(tokens: int, name: str = "llama-3.1-8b-instruct",
 def main() -> None:
     groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
               "fallback": fallback_cases, "fallback_ops": fallback_op_cases,
-              "experts": expert_cases, "qmm_shapes": qmm_shape_cases, "host": host_cases, "forward": forward_cases,
+              "experts": expert_cases, "qmm_shapes": qmm_shape_cases,
+              "qmm6_shapes": lambda t: qmm_shape_cases(t, 6), "qmm8_shapes": lambda t: qmm_shape_cases(t, 8), "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
                                    "attention:2048,experts:2048")
