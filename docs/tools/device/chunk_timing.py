@@ -9,6 +9,7 @@ with the chunk's peak above the memory held before it. The prompt is run twice o
 
     MLX_MAX_OPS_PER_BUFFER=20 python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --tokens 8192
     python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --dtype bfloat16
+    python3 docs/tools/device/chunk_timing.py olmo-2-0425-1b --sync   # mx.eval, as generate_step (encode_s = wall)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import time
 
 
-def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = None) -> None:
+def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = None, sync: bool = False) -> None:
     import mlx.core as mx
     from mlx_lm.generate import generation_stream
     from mlx_lm.models.cache import make_prompt_cache
@@ -44,7 +45,7 @@ def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = Non
                 t0 = time.perf_counter()
                 model(chunk, cache=cache)
                 t1 = time.perf_counter()
-                mx.async_eval([c.state for c in cache])
+                (mx.eval if sync else mx.async_eval)([c.state for c in cache])
                 t2 = time.perf_counter()
             mx.synchronize()
             t3 = time.perf_counter()
@@ -53,7 +54,7 @@ def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = Non
                               "encode_start_s": t1, "encode_end_s": t2, "done_s": t3,
                               "peak_above_bytes": mx.get_peak_memory() - held,
                               "max_ops_per_buffer": os.environ.get("MLX_MAX_OPS_PER_BUFFER", ""),
-                              "dtype": dtype or "config"}), flush=True)
+                              "dtype": dtype or "config", "eval": "eval" if sync else "async_eval"}), flush=True)
             mx.clear_cache()
         del cache
     del model
@@ -70,10 +71,11 @@ def main() -> int:
     ap.add_argument("--step", type=int, default=2048)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dtype", default=None, help="the weights' dtype (default: the config's)")
+    ap.add_argument("--sync", action="store_true", help="mx.eval the state, as generate_step does (default: async_eval)")
     args = ap.parse_args()
     print(json.dumps({"mlx_version": mx.__version__, "device": mx.device_info().get("device_name")}), flush=True)
     for name in args.configs:
-        passes(name, args.tokens, args.step, args.runs, args.dtype)
+        passes(name, args.tokens, args.step, args.runs, args.dtype, args.sync)
     return 0
 
 
