@@ -253,7 +253,8 @@ def main() -> None:
     groups = {"bandwidth": lambda _: [bandwidth_case()], "matmul": matmul_cases, "attention": attention_cases,
               "fallback": fallback_cases, "fallback_ops": fallback_op_cases,
               "experts": expert_cases, "qmm_shapes": qmm_shape_cases,
-              "qmm6_shapes": lambda t: qmm_shape_cases(t, 6), "qmm8_shapes": lambda t: qmm_shape_cases(t, 8), "host": host_cases, "forward": forward_cases,
+              "qmm6_shapes": lambda t: qmm_shape_cases(t, 6), "qmm8_shapes": lambda t: qmm_shape_cases(t, 8),
+              "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
                                    "attention:2048,experts:2048")
