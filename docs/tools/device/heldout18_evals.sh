@@ -7,7 +7,7 @@
 # Then MLX's own command buffers of Phi-3-mini 8-bit's 2,048-token eval and Mistral's two chunks (graph_commits.py
 # with dot files): chunk_timing.py found both peaks the same to the byte cold and warm.
 # Writes $OUT/evals-mistral-6bit-4096.json, $OUT/rep18/repeat.jsonl and $OUT/graph-commits-heldout18.jsonl.
-DEADLINE_S=${DEADLINE_S:-400}; GEN=rep18; source docs/tools/device/heldout_measure.sh || exit 3
+DEADLINE_S=${DEADLINE_S:-400}; GEN=rep18; SPLIT=repeat; source docs/tools/device/heldout_measure.sh || exit 3
 H=docs/tools/device/heldout11; P=kvsim/data/configs/public
 timeout 120 python3 -c "
 import json, sys
@@ -20,18 +20,11 @@ json.dump({'name': name, 'prompt_tokens': 4096, 'step': 2048, 'max_tokens': 16, 
           open('$OUT/evals-mistral-6bit-4096.json', 'w'))
 print('evals overall', overall); [print(r) for r in rows[:6]]
 " 2>&1 | tail -8
-m() {  # as heldout_measure.sh's, into the repeat split
-  local left=$(( deadline - ($(date +%s) - start) )); local t=$(( left < $1 ? left : $1 ))
-  if [ "$t" -lt 30 ]; then echo "$2 skipped: ${left}s left"; return; fi
-  timeout "$t" python3 docs/tools/generation_runs.py measure --split repeat --configs "$2" --full-size \
-    --workloads "$3" --out "$OUT/$GEN" > "$OUT/$GEN-$(basename "$2" .json).log" 2>&1
-  echo "$2 rc $? $(date +%T) $(tail -1 "$OUT/$GEN-$(basename "$2" .json).log")"
-}
 m 60 $H/mistral-7b-instruct-v0.3-6bit.json 4096:2048:16
 m 60 $H/mistral-7b-instruct-v0.3-6bit.json 4096:2048:16
 m 60 $H/phi-3-mini-4k-instruct-8bit.json 2048:2048:16
 m 60 $P/qwen3-4b-4bit.json 3072:3072:16
-g() {  # TAG CONFIG PROMPT: graph_commits.py with dot files, as graph_commits_run.sh's
+g() {  # TAG CONFIG PROMPT: graph_commits_run.sh's g (not sourced here: it would rewrite $OUT/device.txt)
   MLX_SAVE_CUDA_GRAPHS_DOT_FILE=/tmp/dots-$1/g timeout 150 python3 docs/tools/device/graph_commits.py "$2" \
     --prompt "$3" --keep-evals 4 >> "$OUT/graph-commits-heldout18.jsonl" 2>> "$OUT/graph-commits-heldout18.log"
   echo "$1 rc $? $(date +%T)"

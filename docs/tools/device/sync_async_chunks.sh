@@ -18,7 +18,6 @@ run 80 $H/mistral-7b-instruct-v0.3-6bit.json 4096 3 --sync
 run 40 $H/mistral-7b-instruct-v0.3-6bit.json 4096 3
 run 50 $G 8192 2 --sync
 run 50 $G 8192 2
-run 40 llama-3.2-3b-instruct 8192 2 --sync
 python3 - <<'PY'
 import json, os
 for line in open(os.path.join(os.environ["OUT"], "sync-async.jsonl")):
