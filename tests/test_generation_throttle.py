@@ -65,7 +65,8 @@ def test_the_seventeenth_set_was_predicted_by_the_shipped_graph_cache() -> None:
     halfway point (5 of 7 inside), and with the first eval played cold through MLX's graph cache, its point the play
     (``heldout17-graph-cache.jsonl``: 7 of 7). The shipped profile is the second: today's predictions are those, and
     each run lies inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048, -20.1%
-    under the halfway point)."""
+    under the halfway point). Mistral-7B 4-bit's moved closer to its run (-13.9% to -12.6%) when the element limit
+    began to count whole M (``BackendProfile.needs_commit``): a command buffer's cut moved."""
     profile = load_profile("mlx-cuda")
     stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout17-graph-cache.jsonl")}
     control = [r for r in _rows("heldout16.jsonl") if "qwen3-8b-4bit" in r["name"]]
@@ -75,7 +76,9 @@ def test_the_seventeenth_set_was_predicted_by_the_shipped_graph_cache() -> None:
         p = predict(built, workload, "mlx-cuda", profile=profile)
         assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, (row["name"], workload)
         before = stored.get((row["name"], row["prompt_tokens"]))
-        if before is not None:
+        if before is not None and "mistral-7b-instruct-v0.3-4bit" in row["name"]:
+            assert before["peak_bytes"] < p.peak_bytes < row["peak_bytes"]
+        elif before is not None:
             assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
                 before["peak_bytes"], before["peak_low_bytes"], before["peak_high_bytes"]), row["name"]
     assert len(stored) == 7
@@ -83,18 +86,23 @@ def test_the_seventeenth_set_was_predicted_by_the_shipped_graph_cache() -> None:
 
 def test_the_eighteenth_set_reads_as_it_was_predicted() -> None:
     """The eighteenth held-out set was predicted under the shipped profile before it was measured
-    (``predictions/heldout18.jsonl``): today's predictions are those, value for value, and five of its eight runs lie
-    inside their ranges. The three out ("CUDA: an eighteenth held-out set"): a first eval that peaks the same to the byte
-    cold and warm (Phi-3-mini 8-bit), a cold first eval above kvsim's cold play (Qwen3-4B 4-bit, 0.5% past the top),
-    and a second chunk kvsim plays warm that mlx-lm's loop runs low (Mistral-7B 6-bit)."""
+    (``predictions/heldout18.jsonl``): today's predictions are those, value for value, but Phi-3-mini 8-bit's, and five
+    of its eight runs lie inside their ranges. Phi-3-mini 8-bit was cut into nine command buffers where MLX cut eight
+    until the element limit counted whole M (``BackendProfile.needs_commit``): its point rose from 8.26 GB (-33.8%) to
+    10.26 (-17.8%), and the run lies 1.2% past the range's top, on kvsim's cold play with the latest frees. The two
+    others out ("CUDA: an eighteenth held-out set"): a cold first eval above kvsim's cold play (Qwen3-4B 4-bit, 0.5%
+    past the top), and a second chunk kvsim plays warm that mlx-lm's loop runs low (Mistral-7B 6-bit)."""
     stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout18.jsonl")}
     inside = set()
     for row in _rows("heldout18.jsonl"):
         built, workload = build_model(ModelConfig(row["config"], row["name"])), row_workload(row)
         p = predict(built, workload, "mlx-cuda")
         before = stored[(row["name"], row["prompt_tokens"])]
-        assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
-            before["peak_bytes"], before["peak_low_bytes"], before["peak_high_bytes"]), row["name"]
+        now = (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes)
+        if "phi-3-mini-4k-instruct-8bit" in row["name"]:
+            assert before["peak_bytes"] < p.peak_bytes < row["peak_bytes"] < 1.015 * p.peak_high_bytes
+        else:
+            assert now == (before["peak_bytes"], before["peak_low_bytes"], before["peak_high_bytes"]), row["name"]
         assert p.weights_bytes == row["params_bytes"] and p.kv_bytes == row["kv_bytes"], row["name"]
         if p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes:
             inside.add(row["name"].split("/")[-1].removesuffix(".json"))

@@ -260,7 +260,7 @@ def run_eval(
                     open_elements += sum(arrays[x].nbytes for x in ins) // 2
             open_work_s += work_s
             open_waits |= arr.waits
-            if open_ops > profile.commit_ops or open_elements > profile.commit_elements:
+            if profile.needs_commit(open_ops, open_elements):
                 host_t = commit(host_t)
         else:
             # kernels, then the holder whose completion frees the inputs

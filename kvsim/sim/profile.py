@@ -36,7 +36,8 @@ class BackendProfile:
 
     Scheduling: CPU ops are dispatched to a worker thread in tasks of
     ``dispatches_per_task``; GPU ops are committed in command buffers of at most
-    ``commit_ops`` ops or ``commit_elements`` input elements (MLX counts elements, not bytes).
+    ``commit_ops`` ops or ``commit_elements`` input elements, counted in whole M (``needs_commit``; MLX counts
+    elements, not bytes).
     The host waits when more than ``max_active_tasks`` tasks are in flight. Inputs are freed
     when the task (CPU) or command buffer (GPU) holding them completes.
 
@@ -177,6 +178,15 @@ class BackendProfile:
     @property
     def is_gpu(self) -> bool:
         return self.commit_ops > 0
+
+    def needs_commit(self, ops: float, elements: int) -> bool:
+        """Whether a GPU command buffer holding ``ops`` graph nodes and ``elements`` input elements commits, as
+        MLX's ``CommandEncoder::needs_commit`` decides (backend/cuda/device.cpp): ``node_count_ > max_ops`` or
+        ``(bytes_in_graph_ >> 20) > max_mb``. The shift floors to whole M elements, so a buffer of 1,000 M on
+        the H200 commits from 1,001 x 2^20 elements, not from 1,000 x 2^20 + 1: Phi-3-mini 8-bit's 2K prefill
+        holds 1,049,574,656 there after a layer's QKV projection, which cut it into nine buffers where MLX
+        cuts eight (``docs/generation.md``, "CUDA: MLX's buffer limit is in whole M elements")."""
+        return ops > self.commit_ops or (elements >> 20) > (self.commit_elements >> 20)
 
     def variant(self, end: str) -> BackendProfile:
         """The profile with the ``low`` or ``high`` free timing of its peak range in place."""
