@@ -181,11 +181,11 @@ class BackendProfile:
 
     def needs_commit(self, ops: float, elements: int) -> bool:
         """Whether a GPU command buffer holding ``ops`` graph nodes and ``elements`` input elements commits, as
-        MLX's ``CommandEncoder::needs_commit`` decides (backend/cuda/device.cpp): ``node_count_ > max_ops`` or
-        ``(bytes_in_graph_ >> 20) > max_mb``. The shift floors to whole M elements, so a buffer of 1,000 M on
-        the H200 commits from 1,001 x 2^20 elements, not from 1,000 x 2^20 + 1: Phi-3-mini 8-bit's 2K prefill
-        holds 1,049,574,656 there after a layer's QKV projection, which cut it into nine buffers where MLX
-        cuts eight (``docs/generation.md``, "CUDA: MLX's buffer limit is in whole M elements")."""
+        MLX's ``CommandEncoder::needs_commit`` decides (backend/cuda/device.cpp; Metal's shifts alike):
+        ``node_count_ > max_ops`` or ``(bytes_in_graph_ >> 20) > max_mb``. The shift floors to whole M elements,
+        so a 1,000 M buffer on the H200 commits from 1,001 x 2^20 elements on, not from 1,000 x 2^20 + 1:
+        Phi-3-mini 8-bit's 2K prefill holds 1,049,574,656 after a layer's QKV projection, which cut it into nine
+        buffers where MLX cuts eight (``docs/generation.md``, "CUDA: MLX's buffer limit counts whole M elements")."""
         return ops > self.commit_ops or (elements >> 20) > (self.commit_elements >> 20)
 
     def variant(self, end: str) -> BackendProfile:
