@@ -38,10 +38,13 @@ def passes(name: str, tokens: int, step: int, runs: int, dtype: str | None = Non
         mx.synchronize()
         mx.clear_cache()
         for start in range(0, tokens - 1, step):
-            chunk = prompt[:, start:min(start + step, tokens - 1)]
             held = mx.get_active_memory()
             mx.reset_peak_memory()
             with mx.stream(generation_stream):
+                # sliced on the model's stream, as generate_step slices: until 2026-12-03 (every stored
+                # chunk-timing-*.jsonl) it was sliced on the default stream, and a chunk after the first then peaked
+                # as it does not in mlx-lm (docs/generation.md, "CUDA: chunk_timing.py sliced its prompt on another stream")
+                chunk = prompt[:, start:min(start + step, tokens - 1)]
                 t0 = time.perf_counter()
                 model(chunk, cache=cache)
                 t1 = time.perf_counter()

@@ -8,7 +8,10 @@ One process per variant: the model built as ``kvsim.generation.measure`` builds 
 - ``generate``: mlx-lm's ``generate_step`` itself, ``mx.eval`` wrapped to read each chunk's peak (as ``eval_diff.py``);
 - ``timing``: ``chunk_timing.py``'s loop (a 2-D prompt, ``mx.eval``, ``mx.synchronize()`` after);
 - ``flat``: that loop on a 1-D prompt sliced as ``generate_step`` slices it;
-- ``nosync``: that loop without the ``mx.synchronize()`` after each chunk.
+- ``nosync``: that loop without the ``mx.synchronize()`` after each chunk;
+- ``instream``: ``flat`` with the prompt sliced on ``generation_stream``, as ``generate_step`` slices it (the other
+  loops slice on the default stream, so the model's first op reads another stream's output);
+- ``default``: ``flat`` with everything on the default stream.
 
     python3 docs/tools/device/loop_bisect.py CONFIG --tokens 4096 --step 2048 --variant flat
 """
@@ -33,7 +36,7 @@ def chunks(variant: str, name: str, tokens: int, step: int) -> list[dict]:
     mx.eval(model.parameters())
     mx.synchronize()
     mx.clear_cache()
-    flat = variant in ("generate", "flat")
+    flat = variant in ("generate", "flat", "instream", "default")
     prompt = mx.random.randint(0, 256, (tokens,) if flat else (1, tokens)).astype(mx.uint32)
     mx.eval(prompt)
     cache = make_prompt_cache(model)
@@ -54,13 +57,15 @@ def chunks(variant: str, name: str, tokens: int, step: int) -> list[dict]:
     rest = prompt
     for i, start in enumerate(range(0, tokens - 1, step)):
         n = min(step, tokens - 1 - start)
-        if flat:
-            chunk, rest = rest[:n][None], rest[n:]
-        else:
-            chunk = prompt[:, start:start + n]
         held = mx.get_active_memory()
         mx.reset_peak_memory()
-        with mx.stream(generation_stream):
+        stream = mx.default_stream(mx.default_device()) if variant == "default" else generation_stream
+        with mx.stream(stream if variant == "instream" else mx.default_stream(mx.default_device())):
+            if flat:
+                chunk, rest = rest[:n][None], rest[n:]
+            else:
+                chunk = prompt[:, start:start + n]
+        with mx.stream(stream):
             model(chunk, cache=cache)
             mx.eval([c.state for c in cache])
         if variant != "nosync":
@@ -78,7 +83,7 @@ def main() -> int:
     ap.add_argument("config")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--step", type=int, default=2048)
-    ap.add_argument("--variant", choices=("generate", "timing", "flat", "nosync"), default="timing")
+    ap.add_argument("--variant", choices=("generate", "timing", "flat", "nosync", "instream", "default"), default="timing")
     args = ap.parse_args()
     for row in chunks(args.variant, args.config, args.tokens, args.step):
         print(json.dumps({**row, "name": args.config, "mlx_version": mx.__version__}), flush=True)

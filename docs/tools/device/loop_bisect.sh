@@ -5,7 +5,7 @@ set -o pipefail; export STAGE=/tmp/stage SITE=/tmp/site; source docs/tools/devic
 start=$(date +%s); deadline=${DEADLINE_S:-200}
 nvidia-smi -L | tee $OUT/device.txt
 M=docs/tools/device/heldout11/mistral-7b-instruct-v0.3-6bit.json
-for v in generate timing flat nosync generate timing; do
+for v in ${VARIANTS:-generate timing flat nosync generate timing}; do
   left=$(( deadline - ($(date +%s) - start) )); [ "$left" -lt 15 ] && { echo "$v skipped"; continue; }
   timeout "$left" python3 docs/tools/device/loop_bisect.py $M --variant $v >> $OUT/loop-bisect.jsonl 2>> $OUT/loop-bisect.err
   echo "$v rc $? $(date +%T)"
