@@ -72,6 +72,29 @@ def qmm_shape_cases(tokens: int, bits: int = 4) -> list[tuple[str, Callable[[], 
     return out
 
 
+QMM_GRID = [(1024, 1024), (1024, 3072), (2048, 512), (2048, 2048), (2048, 8192), (3072, 1024), (3072, 3072),
+            (3072, 8192), (4096, 1024), (4096, 4096), (4096, 14336), (8192, 2048), (14336, 4096)]
+"""(K, N) of the linear layers of the stored quantized CUDA runs, small to large: Qwen3-0.6B's, Llama-3.2-1B's and
+3B's, Llama-3.1-8B's and Mistral-7B's projections (keys and values, queries, MLP in and out)."""
+
+
+def qmm_grid_cases(tokens: int, bits: int) -> list[tuple[str, Callable[[], mx.array], float]]:
+    """Affine matmuls (group 64, ``bits`` wide) of ``QMM_GRID`` at ``tokens`` rows, ``COPIES`` independent copies in
+    one eval so the device, not the host's launches, sets a small one's time (``seconds`` is a copy's share)."""
+    out = []
+    for k, n in QMM_GRID:
+        x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
+        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=bits)
+        mx.eval(x, wq, scales, biases)
+
+        def call(x=x, wq=wq, scales=scales, biases=biases) -> list[mx.array]:
+            return [mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=bits)
+                    for _ in range(COPIES)]
+        call.copies = COPIES
+        out.append((f"qmm-grid {bits}-bit {tokens}x{k}x{n}", call, 2.0 * tokens * k * n))
+    return out
+
+
 def attention_cases(tokens: int) -> list[tuple[str, Callable[[], mx.array], float]]:
     """cuDNN attention, causal, Llama's heads (32 query, 8 key-value, 128 wide) and gpt-oss's with sinks."""
     out = []
@@ -254,6 +277,7 @@ def main() -> None:
               "fallback": fallback_cases, "fallback_ops": fallback_op_cases,
               "experts": expert_cases, "qmm_shapes": qmm_shape_cases,
               "qmm6_shapes": lambda t: qmm_shape_cases(t, 6), "qmm8_shapes": lambda t: qmm_shape_cases(t, 8),
+              **{f"qmm{b}_grid": (lambda t, b=b: qmm_grid_cases(t, b)) for b in (4, 5, 6, 8)},
               "host": host_cases, "forward": forward_cases,
               "moe_forward": lambda t: forward_cases(t, "qwen3-30b-a3b-4bit")}
     plan = os.environ.get("CASES", "bandwidth:0,matmul:1024,attention:1024,experts:1024,matmul:2048,"
