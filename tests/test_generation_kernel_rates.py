@@ -15,7 +15,7 @@ import mlx.core as mx
 import pytest
 
 from kvsim.core.paths import REPO_DATA_DIR
-from kvsim.generation.schedule import generation_profile, trace_settings
+from kvsim.generation.schedule import trace_settings
 from kvsim.sim.profile import load_profile
 
 KERNELS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4" / "kernels"
@@ -80,24 +80,3 @@ def test_each_kernel_is_timed_at_its_own_rate() -> None:
 def test_cpu_traces_time_every_matmul_at_one_rate() -> None:
     settings = trace_settings(load_profile("mlx-cpu"))
     assert settings.kernel_bytes_per_flop == ()
-
-
-def test_a_quantized_matmul_takes_its_fixed_time_beyond_its_arithmetic() -> None:
-    """Each affine quantized matmul adds ``quantized_matmul_fixed_s`` of device time, as bytes moved at the profile's
-    bandwidth; the floor's device takes no time, and its trace replays any timing's."""
-    from dataclasses import replace
-
-    p = replace(load_profile("mlx-cuda"), quantized_matmul_fixed_s=150e-6)
-    settings = trace_settings(p)
-    fixed = dict(settings.kernel_fixed_bytes)["quantized_matmul"]
-    assert fixed == int(150e-6 * generation_profile(p).device_bytes_per_s)
-    x = mx.zeros((64, 128), mx.bfloat16)
-    wq, scales, biases = mx.quantize(mx.zeros((256, 128), mx.bfloat16), group_size=64, bits=4)
-    with settings.tracing() as t:
-        y = mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=4)
-    g = t.graph
-    mm = g.arrays[t.node_of[id(y)]]
-    arithmetic = mm.work_bytes - mm.nbytes - sum(g.arrays[i].nbytes for i in mm.inputs)
-    per_flop = dict(settings.kernel_bytes_per_flop)["quantized_matmul"]
-    assert arithmetic == int(2 * 64 * 256 * 128 * per_flop) + fixed
-    assert trace_settings(p.floor_variant()).kernel_fixed_bytes == ()

@@ -111,13 +111,10 @@ class TraceSettings:
     stream_fences: bool = False
     """The model's lazy state is traced as another stream's ops that its first readers fence on
     (``BackendProfile.model_stream_fences``, ``kvsim.generation.model.lazy_state``)."""
-    kernel_fixed_bytes: tuple[tuple[str, int], ...] = ()
-    """Traced primitives whose every call the profile gives a fixed device time (``KERNEL_FIXED``), as bytes."""
 
     def tracing(self) -> AbstractContextManager[Trace]:
         """``kvsim.generation.trace.tracing`` under these settings."""
-        return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop,
-                       self.kernel_fixed_bytes)
+        return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop)
 
 
 KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic rate (0: matmul_flops_per_s)
@@ -125,9 +122,6 @@ KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic 
     "gather_mm": "gather_matmul_flops_per_s",
     "gather_qmm": "gather_qmm_flops_per_s",
     "ScaledDotProductAttention": "attention_flops_per_s",
-}
-KERNEL_FIXED = {  # a traced primitive -> the profile field with the device time each call takes beyond its arithmetic
-    "quantized_matmul": "quantized_matmul_fixed_s",
 }
 
 
@@ -137,10 +131,8 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
     bytes_per_s = p.device_bytes_per_s
     kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
                     if getattr(p, field) > 0)
-    fixed = tuple((prim, int(getattr(p, field) * bytes_per_s)) for prim, field in KERNEL_FIXED.items()
-                  if getattr(p, field) > 0 and math.isfinite(bytes_per_s))
     return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels,
-                         p.model_stream_fences, fixed)
+                         p.model_stream_fences)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +326,8 @@ def _replayable(recorded: TraceSettings, settings: TraceSettings, profile: Backe
     """Whether a trace recorded with ``recorded`` plays as one made with ``settings`` would: the same, or a
     device that takes no time (the floor), where a matmul's arithmetic bytes move nothing."""
     if math.isinf(profile.device_bytes_per_s):
-        return (replace(recorded, bytes_per_flop=0.0, kernel_bytes_per_flop=(), kernel_fixed_bytes=())
-                == replace(settings, bytes_per_flop=0.0, kernel_bytes_per_flop=(), kernel_fixed_bytes=()))
+        return (replace(recorded, bytes_per_flop=0.0, kernel_bytes_per_flop=())
+                == replace(settings, bytes_per_flop=0.0, kernel_bytes_per_flop=()))
     return recorded == settings
 
 

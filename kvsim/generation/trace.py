@@ -101,9 +101,6 @@ class Trace:
     kernel_bytes_per_flop: dict[str, float] = field(default_factory=dict)
     """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
     fused attention's arithmetic is timed only where it is listed."""
-    kernel_fixed_bytes: dict[str, int] = field(default_factory=dict)
-    """Primitives whose every call takes a fixed device time beyond its arithmetic, as bytes moved meanwhile
-    (``TraceSettings.kernel_fixed_bytes``)."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     unfused_attention_bytes: int = 0
     """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
@@ -190,7 +187,7 @@ class Trace:
         moved = nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
         per_flop = self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop)
         if flops and math.isfinite(per_flop):
-            moved += int(flops * per_flop) + self.kernel_fixed_bytes.get(prim, 0)
+            moved += int(flops * per_flop)
         n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
                           donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
@@ -696,12 +693,10 @@ def patch_array_ops(patch: Callable[[Any, str, Any], None], wrap: Callable[[str,
 
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
-            kernel_bytes_per_flop: Iterable[tuple[str, float]] = (),
-            kernel_fixed_bytes: Iterable[tuple[str, int]] = ()) -> Iterator[Trace]:
+            kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
     CPU backend's implementations where they allocate temporaries (convolutions)."""
-    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop),
-              kernel_fixed_bytes=dict(kernel_fixed_bytes))
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
     with patching() as patch:
         patch_array_ops(patch, lambda name, fn: _wrap(t, name, fn))
         if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph

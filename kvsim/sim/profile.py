@@ -140,7 +140,6 @@ class BackendProfile:
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
     quantized_matmul_flops_per_s: float = 0.0  # whole-model graphs: a quantized matmul's rate; 0: matmul_flops_per_s
-    quantized_matmul_fixed_s: float = 0.0  # and the device time each takes beyond its arithmetic at that rate (fitted)
     gather_matmul_flops_per_s: float = 0.0  # whole-model graphs: an expert matmul's rate (gather_mm); 0: matmul_flops_per_s
     gather_qmm_flops_per_s: float = 0.0  # whole-model graphs: a quantized expert matmul's rate; 0: matmul_flops_per_s
     attention_flops_per_s: float = 0.0  # whole-model graphs: a fused attention kernel's rate; 0: its bytes alone time it
