@@ -66,6 +66,16 @@ def test_float32_linear_layers_make_the_cuda_host_wait(dtype: str, backend: str,
     assert all(a.prim == "Matmul" and a.elements * 4 == a.nbytes for a in marked)
 
 
+def test_a_buffer_commits_past_its_element_limit_in_whole_m() -> None:
+    """MLX commits once ``(bytes_in_graph_ >> 20) > max_mb`` (``CommandEncoder::needs_commit``): on the H200 (1,000 M)
+    a buffer of 1,001 x 2^20 - 1 elements stays open, one of 1,001 x 2^20 commits; the op limit counts nodes past 100."""
+    p = load_profile("mlx-cuda")
+    assert (p.commit_ops, p.commit_elements) == (100, 1000 << 20)
+    assert not p.needs_commit(10, (1001 << 20) - 1)
+    assert p.needs_commit(10, 1001 << 20)
+    assert not p.needs_commit(100, 0) and p.needs_commit(101, 0)
+
+
 def test_a_waiting_host_frees_each_buffer_before_it_goes_on() -> None:
     """With the wait a float32 model's prefill peaks as the floor does (every buffer freed when committed);
     without it the host runs buffers ahead and peaks higher."""
