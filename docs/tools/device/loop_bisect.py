@@ -59,8 +59,9 @@ def chunks(variant: str, name: str, tokens: int, step: int) -> list[dict]:
         n = min(step, tokens - 1 - start)
         held = mx.get_active_memory()
         mx.reset_peak_memory()
-        stream = mx.default_stream(mx.default_device()) if variant == "default" else generation_stream
-        with mx.stream(stream if variant == "instream" else mx.default_stream(mx.default_device())):
+        default = mx.default_stream(mx.default_device())
+        stream = default if variant == "default" else generation_stream  # the model's
+        with mx.stream(stream if variant in ("instream", "default") else default):  # the prompt slice's
             if flat:
                 chunk, rest = rest[:n][None], rest[n:]
             else:
