@@ -159,8 +159,9 @@ def run_eval(
         if open_ops == 0:
             return t
         t = launch_slot(t)
-        if cache is not None and cache.commit():  # instantiated: the host waits for every graph in flight
-            t = max(t, device_free_t, *pending_ends) + profile.model_instantiate_s
+        if cache is not None and cache.commit():  # instantiated: the host waits for the graphs in flight but the newest
+            waited = list(pending_ends)[:len(pending_ends) - overlap] if overlap else [device_free_t, *pending_ends]
+            t = max([t, *waited]) + profile.model_instantiate_s
             drain(t)
         end = max(device_free_t, t) + open_work_s
         device_free_t = end
@@ -175,7 +176,7 @@ def run_eval(
         open_held, open_ops, open_elements, open_work_s = [], 0, 0, 0.0
         return done if waits else t
 
-    max_pending, cache = profile.max_pending_buffers, state.graph_cache
+    max_pending, cache, overlap = profile.max_pending_buffers, state.graph_cache, profile.model_instantiate_overlap_buffers
 
     def launch_slot(t: float) -> float:
         """When a command buffer committed at ``t`` launches: once fewer than ``max_pending`` are in flight

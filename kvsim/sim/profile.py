@@ -67,7 +67,7 @@ class BackendProfile:
     host may run behind the device, which then frees each command buffer about as soon as it is committed:
     real first chunks peak anywhere from that eval's floor to its warm play. On CUDA the first eval is played
     cold where ``model_instantiate_s`` is set: a command buffer of a structure new to the process makes the host
-    wait for every graph in flight (``kvsim.sim.graph_cache``), and the buffers of a stream fence, which MLX does
+    wait for every graph in flight but the newest ``model_instantiate_overlap_buffers`` (``kvsim.sim.graph_cache``), and the buffers of a stream fence, which MLX does
     not count as tasks, run ahead until ``model_max_pending_buffers`` are in flight (``docs/generation.md``, "CUDA: a
     first eval traced"). Where the first eval peaks, the point lies ``first_eval_point_share`` of the way from its
     floor to that play (``kvsim.sim.peak_range.first_eval_point``; 0: the point as for any other eval). A
@@ -135,7 +135,8 @@ class BackendProfile:
     peak_point_weight: float = 1.0
     load_transient_share: float = 1.0  # CPU on a busy host: share of each step's transient a run still reaches
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
-    model_instantiate_s: float = 0.0  # whole-model graphs on CUDA, a process's first eval: a command buffer of a structure new to the process is instantiated, and the host resumes this long after the device finishes every graph in flight (measured 0.6-2.3 ms, CUPTI; kvsim.sim.graph_cache); 0: no graph cache played
+    model_instantiate_s: float = 0.0  # whole-model graphs on CUDA, a process's first eval: a command buffer of a structure new to the process is instantiated, and the host resumes this long after the device finishes the graphs it waits for (model_instantiate_overlap_buffers) (measured 0.6-2.3 ms, CUPTI; kvsim.sim.graph_cache); 0: no graph cache played
+    model_instantiate_overlap_buffers: int = 0  # CUDA, a process's first eval: graphs an instantiation leaves running: it waits for every graph in flight but the newest this many (CUPTI: in 3 first evals, a third of the instantiations that met a graph in flight returned within 1 ms, before it finished, and no launch met 2 in flight; kvsim.sim.graph_cache)
     model_max_pending_buffers: int = 0  # whole-model graphs on CUDA: max_pending_buffers (measured: cuGraphLaunch blocks at 42 graphs in flight on an H200); 0: max_pending_buffers
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
