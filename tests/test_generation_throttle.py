@@ -60,51 +60,79 @@ def test_the_launch_limit_holds_a_fenced_first_eval() -> None:
     assert free - built.weights_bytes > 1.4 * (row["peak_bytes"] - built.weights_bytes)
 
 
-def test_the_seventeenth_set_was_predicted_by_the_shipped_graph_cache() -> None:
+def _predicted(rows: list[dict]) -> list[tuple[dict, object]]:
+    """Each stored run beside today's prediction of it."""
+    return [(row, predict(build_model(ModelConfig(row["config"], row["name"])), row_workload(row), "mlx-cuda"))
+            for row in rows]
+
+
+def _errors_pct(pairs: list[tuple[dict, object]]) -> dict[str, float]:
+    return {f"{r['name'].split('/')[-1].removesuffix('.json')}:{r['prompt_tokens']}":
+            round((p.peak_bytes / r["peak_bytes"] - 1) * 100, 1) for r, p in pairs}
+
+
+def test_the_seventeenth_set_lies_inside_and_its_quantized_first_evals_on_their_runs() -> None:
     """The seventeenth held-out set was predicted twice before it was measured: with a warm first eval and the
     halfway point (5 of 7 inside), and with the first eval played cold through MLX's graph cache, its point the play
-    (``heldout17-graph-cache.jsonl``: 7 of 7). The shipped profile is the second: today's predictions are those, and
-    each run lies inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048, -20.1%
-    under the halfway point). Mistral-7B 4-bit's moved closer to its run (-13.9% to -12.6%) when the element limit
-    began to count whole M (``BackendProfile.needs_commit``): a command buffer's cut moved."""
-    profile = load_profile("mlx-cuda")
+    (``heldout17-graph-cache.jsonl``: 7 of 7, every run above its point, signed median -10.6%). Since first-eval
+    instantiations leave the newest graph running (``model_instantiate_overlap_buffers``, chosen after these runs were
+    read) each point lies at or above that one, the unfenced quantized ones within 0.5% of their runs. Each run lies
+    inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048)."""
     stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout17-graph-cache.jsonl")}
     control = [r for r in _rows("heldout16.jsonl") if "qwen3-8b-4bit" in r["name"]]
-    assert len(control) == 1
-    for row in [*_rows("heldout17.jsonl"), *control]:
-        built, workload = build_model(ModelConfig(row["config"], row["name"])), row_workload(row)
-        p = predict(built, workload, "mlx-cuda", profile=profile)
-        assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, (row["name"], workload)
+    assert len(stored) == 7 and len(control) == 1
+    pairs = _predicted([*_rows("heldout17.jsonl"), *control])
+    for row, p in pairs:
+        assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
         before = stored.get((row["name"], row["prompt_tokens"]))
-        if before is not None and "mistral-7b-instruct-v0.3-4bit" in row["name"]:
-            assert before["peak_bytes"] < p.peak_bytes < row["peak_bytes"]
-        elif before is not None:
-            assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
-                before["peak_bytes"], before["peak_low_bytes"], before["peak_high_bytes"]), row["name"]
-    assert len(stored) == 7
+        assert before is None or p.peak_bytes >= before["peak_bytes"], row["name"]
+    errors = _errors_pct(pairs)
+    assert all(abs(errors[k]) <= 0.5 for k in ("qwen2.5-7b-4bit:2048", "mistral-7b-instruct-v0.3-4bit:2048",
+                                                 "qwen3-4b-8bit:2048", "qwen3-8b-4bit:2048")), errors
 
 
-def test_the_eighteenth_set_reads_as_it_was_predicted() -> None:
+def test_the_eighteenth_set_reads_six_of_eight_inside() -> None:
     """The eighteenth held-out set was predicted under the shipped profile before it was measured
-    (``predictions/heldout18.jsonl``): today's predictions are those, value for value, but Phi-3-mini 8-bit's, and five
-    of its eight runs lie inside their ranges. Phi-3-mini 8-bit was cut into nine command buffers where MLX cut eight
-    until the element limit counted whole M (``BackendProfile.needs_commit``): its point rose from 8.26 GB (-33.8%) to
-    10.26 (-17.8%), and the run lies 1.2% past the range's top, on kvsim's cold play with the latest frees. The two
-    others out ("CUDA: an eighteenth held-out set"): a cold first eval above kvsim's cold play (Qwen3-4B 4-bit, 0.5%
-    past the top), and a second chunk kvsim plays warm that mlx-lm's loop runs low (Mistral-7B 6-bit)."""
+    (``predictions/heldout18.jsonl``: 5 of 8 inside). Two changes made after it move its points up: the element limit
+    counting whole M (``BackendProfile.needs_commit``: Phi-3-mini 8-bit's nine command buffers became MLX's eight) and
+    first-eval instantiations that leave the newest graph running. Qwen3-4B 4-bit at 3,072 now reads on its run and
+    comes inside. Out: Phi-3-mini 8-bit, at kvsim's cold play with the latest frees, 1.5% past the range's top, and
+    Mistral-7B 6-bit's second chunk, which mlx-lm's loop runs low ("CUDA: an eighteenth held-out set")."""
     stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout18.jsonl")}
     inside = set()
-    for row in _rows("heldout18.jsonl"):
-        built, workload = build_model(ModelConfig(row["config"], row["name"])), row_workload(row)
-        p = predict(built, workload, "mlx-cuda")
+    for row, p in _predicted(_rows("heldout18.jsonl")):
         before = stored[(row["name"], row["prompt_tokens"])]
-        now = (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes)
-        if "phi-3-mini-4k-instruct-8bit" in row["name"]:
-            assert before["peak_bytes"] < p.peak_bytes < row["peak_bytes"] < 1.015 * p.peak_high_bytes
-        else:
-            assert now == (before["peak_bytes"], before["peak_low_bytes"], before["peak_high_bytes"]), row["name"]
+        assert p.peak_bytes >= before["peak_bytes"], row["name"]
         assert p.weights_bytes == row["params_bytes"] and p.kv_bytes == row["kv_bytes"], row["name"]
         if p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes:
             inside.add(row["name"].split("/")[-1].removesuffix(".json"))
-    assert inside == {"llama-3.1-8b-6bit", "internlm2_5-7b-chat", "granite-3.0-2b-instruct", "smollm3-3b",
-                      "starcoder2-3b"}
+        if "phi-3-mini-4k-instruct-8bit" in row["name"]:
+            assert p.peak_high_bytes < row["peak_bytes"] < 1.015 * p.peak_high_bytes
+    assert inside == {"qwen3-4b-4bit", "llama-3.1-8b-6bit", "internlm2_5-7b-chat", "granite-3.0-2b-instruct",
+                      "smollm3-3b", "starcoder2-3b"}
+
+
+def test_the_nineteenth_set_reads_as_it_was_predicted() -> None:
+    """The nineteenth held-out set: ten one-chunk prompts not measured before, predicted before they were measured
+    under first-eval instantiations that leave the newest graph running (``predictions/heldout19.jsonl``) and under the
+    rule before, which waits for every graph (``heldout19-overlap0.jsonl``). Today's predictions are the first, value
+    for value; all ten runs lie inside their ranges, against eight under the rule before (Gemma-3-1B 4-bit -25.1%,
+    Qwen3-4B 5-bit -20.7%). Its quantized runs read within 1%, but Gemma-3-1B 4-bit (-5.3%) and Qwen3-4B 5-bit at
+    3,072 (-16.0%); three dense ones read 5.8-9.5% over, where the rule before was exact: a first eval's peak meets its
+    predecessor's work only where a real instantiation returns early, once in three."""
+    stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout19.jsonl")}
+    before = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout19-overlap0.jsonl")}
+    rows = _rows("heldout19.jsonl")
+    assert len(rows) == len(stored) == len(before) == 10
+    pairs = _predicted(rows)
+    for row, p in pairs:
+        key = (row["name"], row["prompt_tokens"])
+        assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
+            stored[key]["peak_bytes"], stored[key]["peak_low_bytes"], stored[key]["peak_high_bytes"]), row["name"]
+        assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
+    old_inside = sum(before[k]["peak_low_bytes"] <= r["peak_bytes"] <= before[k]["peak_high_bytes"]
+                     for r in rows for k in [(r["name"], r["prompt_tokens"])])
+    assert old_inside == 8
+    errors = _errors_pct(pairs)
+    assert sorted(k for k, e in errors.items() if e > 5) == ["qwen2.5-3b-instruct:2048", "qwen3-1.7b:2048",
+                                                           "smollm2-1.7b:2048"], errors

@@ -4,10 +4,14 @@ MLX keys a command buffer's CUDA graph by its structure alone: each node's type 
 it depends on (``graph_nodes_key_``, ``graph_deps_key_``), no kernels and no sizes. A structure met before in the
 process is updated in place (``cudaGraphExecUpdate``: 0.02-0.13 ms on average in the trace); a new one is instantiated.
 Traced with CUPTI on an H200 (``kernels/first-eval-trace.tar.xz``, ``docs/generation.md``, "CUDA: a first eval
-traced"), ``cuGraphInstantiate`` returned only once the device had finished every graph in flight, then 0.6-2.3 ms
-later: 31.6 ms with one graph in flight, 777.6 ms with 41. So a first eval whose buffers are new structures
-synchronizes at each, and lands near its floor; one whose buffers repeat (a model cut at every layer's fences) runs
-ahead as a warm one does.
+traced"), two in three instantiations that met graphs in flight returned only once the device had finished every one
+of them, then 0.5-2.5 ms later (31.6 ms with one graph in flight, 777.6 ms with 41); the third returned within 1.5 ms
+with the graph launched before it still running. kvsim plays every instantiation as that third: the host waits for
+every graph in flight but the newest (``BackendProfile.model_instantiate_overlap_buffers``), the most an unfenced first
+eval's launches were seen to leave running, so a buffer's peak meets its predecessor's work as it does once in three
+real instantiations. Its quantized first evals then read within 1% of their runs where most did. So a first
+eval whose buffers are new structures runs at most one buffer ahead of the device, and lands low; one whose buffers
+repeat (a model cut at every layer's fences) runs ahead as a warm one does.
 
 kvsim keys a buffer by its ops: each op's graph nodes and which of the buffer's earlier ops it reads (views, which
 launch nothing, are left out). Qwen3-30B-A3B 4-bit's first eval keys 17 distinct buffers of 17 at 1K and 9 of 18 at
