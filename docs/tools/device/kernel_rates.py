@@ -57,14 +57,20 @@ QMM_SHAPES = {"phi-3 qkv": (3072, 9216), "phi-3 gate_up": (3072, 16384), "phi-3 
 Llama-3.1-8B's gate, the shape ``matmul`` times."""
 
 
+def _qmm_operands(tokens: int, k: int, n: int, bits: int) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """Evaluated ``(x, w, scales, biases)`` of a ``tokens`` x ``k`` by ``k`` x ``n`` affine matmul, group 64."""
+    x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
+    wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=bits)
+    mx.eval(x, wq, scales, biases)
+    return x, wq, scales, biases
+
+
 def qmm_shape_cases(tokens: int, bits: int = 4) -> list[tuple[str, Callable[[], mx.array], float]]:
     """Affine matmuls (group 64, ``bits`` wide) of ``QMM_SHAPES`` at ``tokens`` rows: an 8K prompt's last chunk has
     2,047."""
     out = []
     for name, (k, n) in QMM_SHAPES.items():
-        x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
-        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=bits)
-        mx.eval(x, wq, scales, biases)
+        x, wq, scales, biases = _qmm_operands(tokens, k, n, bits)
 
         def call(x=x, wq=wq, scales=scales, biases=biases) -> mx.array:
             return mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=bits)
@@ -83,9 +89,7 @@ def qmm_grid_cases(tokens: int, bits: int) -> list[tuple[str, Callable[[], mx.ar
     one eval so the device, not the host's launches, sets a small one's time (``seconds`` is a copy's share)."""
     out = []
     for k, n in QMM_GRID:
-        x = mx.random.normal((tokens, k)).astype(mx.bfloat16)
-        wq, scales, biases = mx.quantize(mx.random.normal((n, k)).astype(mx.bfloat16), group_size=64, bits=bits)
-        mx.eval(x, wq, scales, biases)
+        x, wq, scales, biases = _qmm_operands(tokens, k, n, bits)
 
         def call(x=x, wq=wq, scales=scales, biases=biases) -> list[mx.array]:
             return [mx.quantized_matmul(x, wq, scales, biases, transpose=True, group_size=64, bits=bits)
