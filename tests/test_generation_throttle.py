@@ -130,9 +130,8 @@ def test_the_nineteenth_set_reads_as_it_was_predicted() -> None:
         assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
             stored[key]["peak_bytes"], stored[key]["peak_low_bytes"], stored[key]["peak_high_bytes"]), row["name"]
         assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
-    old_inside = sum(before[k]["peak_low_bytes"] <= r["peak_bytes"] <= before[k]["peak_high_bytes"]
-                     for r in rows for k in [(r["name"], r["prompt_tokens"])])
-    assert old_inside == 8
+    old = [before[(r["name"], r["prompt_tokens"])] for r in rows]
+    assert sum(p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"] for r, p in zip(rows, old)) == 8
     errors = _errors_pct(pairs)
     assert sorted(k for k, e in errors.items() if e > 5) == ["qwen2.5-3b-instruct:2048", "qwen3-1.7b:2048",
                                                            "smollm2-1.7b:2048"], errors
