@@ -123,13 +123,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_field(text: str) -> tuple[str, int | float]:
-    """argparse type: ``FIELD=NUMBER`` naming a numeric profile field (an int field takes an int), else one line
-    naming it."""
-    from kvsim.sim.profile import BackendProfile
+def _profile_field(text: str) -> tuple[str, int | float | str]:
+    """argparse type: ``FIELD=VALUE`` naming a numeric profile field (an int field takes an int) or a string field
+    of a few values (``CHOICES``), else one line naming it."""
+    from kvsim.sim.profile import CHOICES, BackendProfile
 
     name, _, value = text.partition("=")
     defaults = {f.name: f.default for f in dataclasses.fields(BackendProfile)}
+    if name in CHOICES:
+        if value not in CHOICES[name]:
+            raise argparse.ArgumentTypeError(f"{name}: {value!r} is not one of {', '.join(CHOICES[name])}")
+        return name, value
     if not isinstance(defaults.get(name), int | float) or isinstance(defaults[name], bool):
         raise argparse.ArgumentTypeError(f"no numeric profile field {name!r}")
     try:

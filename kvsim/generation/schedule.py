@@ -111,6 +111,8 @@ class TraceSettings:
     stream_fences: bool = False
     """The model's lazy state is traced as another stream's ops that its first readers fence on
     (``BackendProfile.model_stream_fences``, ``kvsim.generation.model.lazy_state``)."""
+    every_structure: bool = False
+    """The prompt chunks whose structures a generation-wide graph cache meets are played too (``played_chunks``)."""
 
     def tracing(self) -> AbstractContextManager[Trace]:
         """``kvsim.generation.trace.tracing`` under these settings."""
@@ -132,7 +134,7 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
     kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
                     if getattr(p, field) > 0)
     return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels,
-                         p.model_stream_fences)
+                         p.model_stream_fences, graph_cache_scope(p) == "generation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +201,15 @@ class Player:
     """MLX's buffer cache from eval to eval (``kvsim.generation.cache_carry``)."""
     commits: list[list[int]] | None = None
     """Analysis: where a list, each played eval appends its GPU command buffers' node counts."""
+    graph_cache: GraphCache | None = field(init=False, default=None)
+    """MLX's CUDA graph cache as this process meets it, where the profile plays one (``graph_cache_scope``)."""
+    instantiated: list[int] = field(default_factory=list)
+    """Per played eval, the command buffers it instantiated (new structures; 0 where no graph cache is played)."""
 
     def __post_init__(self) -> None:
         self.carry = CarriedCache(self.profile)
+        if graph_cache_scope(self.profile):
+            self.graph_cache = GraphCache()
 
     def event(self, e: Event) -> None:
         if e == CLEAR:
@@ -230,10 +238,13 @@ class Player:
         alloc.reset_peak()
         alloc.footprint_peak_bytes = alloc.active_bytes + alloc.cache_bytes
         state_lengths = {bid: buffers.table[bid].length_bytes for bid in owned.values()}
-        # the process's first eval meets MLX's graph cache empty (kvsim.sim.graph_cache; off where the profile says 0)
-        cold = not self.evals and self.profile.is_gpu and self.profile.model_instantiate_s > 0
-        state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=GraphCache() if cold else None)
+        # the process's first eval meets MLX's graph cache empty; later evals meet it too where the profile's scope
+        # is the generation (kvsim.sim.graph_cache; graph_cache_scope)
+        cache = self.graph_cache if not self.evals or graph_cache_scope(self.profile) == "generation" else None
+        state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=cache)
+        seen = len(cache.seen) if cache is not None else 0
         run_eval(ev.graph, leaves, buffers, self.profile, state)
+        self.instantiated.append(len(cache.seen) - seen if cache is not None else 0)
         if self.commits is not None:
             self.commits.append(state.commit_nodes)
         self.carry.played(alloc, rec.phase, [n for b, n in state_lengths.items() if b not in buffers.table])
@@ -374,8 +385,9 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
         t.register_leaves([v for _, v in tree_flatten(built.model.parameters())])
         for a, kernels in lazy:
             t.pending(a, kernels)
+        played = played_chunks(len(chunks), settings.every_structure)
         for i, n in enumerate(chunks):
-            if i in (0, len(chunks) - 1, len(chunks) - 2) or not _steppable(cache):
+            if i in played or not _steppable(cache):
                 built.model(prompt[:, :n], cache=cache)
                 _quantize(cache, w)
                 mx.eval([c.state for c in cache])
@@ -393,6 +405,21 @@ def record(built: BuiltModel, workload: Workload, profile: BackendProfile,
                 rec.clear_cache()  # generate.py L479-480: every 256 tokens, from the first
     return GenerationTrace(settings, built.weights_bytes, tuple(events), sum(a.nbytes for a in cache_arrays(cache)),
                            t.unfused_attention_bytes)
+
+
+def graph_cache_scope(profile: BackendProfile) -> str:
+    """Which evals meet MLX's CUDA graph cache in a play under ``profile``: ``""`` (none: the CPU, Metal, or
+    ``model_instantiate_s`` 0), ``"first"`` or ``"generation"`` (``BackendProfile.model_graph_cache_scope``)."""
+    return profile.model_graph_cache_scope if profile.is_gpu and profile.model_instantiate_s > 0 else ""
+
+
+def played_chunks(count: int, every_structure: bool = False) -> set[int]:
+    """The prompt chunks a trace plays of ``count``: the first and the last two, the rest repeating the memory of a
+    smaller context. ``every_structure``: also the second (the caches' first growth, whose structures MLX's graph
+    cache meets first) and the one before the last two, whose structures the last two meet (``kvsim.sim.graph_cache``:
+    a chunk's buffers that repeat its predecessor's are updated in place, the rest instantiated)."""
+    ends = {0, count - 2, count - 1} | ({1, count - 3} if every_structure else set())
+    return {i for i in ends if 0 <= i < count}
 
 
 def generation_profile(profile: BackendProfile) -> BackendProfile:

@@ -16,6 +16,12 @@ repeat (a model cut at every layer's fences) runs ahead as a warm one does.
 kvsim keys a buffer by its ops: each op's graph nodes and which of the buffer's earlier ops it reads (views, which
 launch nothing, are left out). Qwen3-30B-A3B 4-bit's first eval keys 17 distinct buffers of 17 at 1K and 9 of 18 at
 2K; MLX instantiated 22 of 23 and 14 of 24.
+
+MLX keeps the cache for the process, so a generation's later prompt chunks meet it too: a chunk's buffers whose
+structures an earlier chunk committed are updated in place, the rest instantiated, and those instantiations wait as a
+first eval's do. Traced (``kernels/chunk-trace.tar.xz``, ``docs/generation.md``, "CUDA: a generation's later chunks
+traced"), kvsim's keys instantiate MLX's count in 12 of the 14 later chunks it plays of five generations, and one more
+in the other two. ``BackendProfile.model_graph_cache_scope`` says whether a play keeps one cache for the generation.
 """
 
 from __future__ import annotations

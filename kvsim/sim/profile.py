@@ -137,6 +137,7 @@ class BackendProfile:
     load_high_margin: float = 0.0  # CPU on a busy host: fraction above the point a run may peak
     model_instantiate_s: float = 0.0  # whole-model graphs on CUDA, a process's first eval: a command buffer of a structure new to the process is instantiated, and the host resumes this long after the device finishes the graphs it waits for (model_instantiate_overlap_buffers) (measured 0.6-2.3 ms, CUPTI; kvsim.sim.graph_cache); 0: no graph cache played
     model_instantiate_overlap_buffers: int = 0  # CUDA, a process's first eval: graphs an instantiation leaves running: it waits for every graph in flight but the newest this many (CUPTI: in 3 first evals, a third of the instantiations that met a graph in flight returned within 1.5 ms, before it finished, and no launch met 2 in flight; kvsim.sim.graph_cache)
+    model_graph_cache_scope: str = "first"  # CUDA, where model_instantiate_s is set: the evals that meet MLX's graph cache: "first" (a process's first eval; later evals play warm) or "generation" (one cache for every eval of the generation, as MLX keeps it: a later chunk's new structures are instantiated too, and the second prompt chunk and the one before the last two are played as well, so that the chunks played after them meet their structures; CUPTI: kvsim's keys give MLX's instantiations in 16 of 17 later chunks of 5 generations, docs/generation.md)
     model_max_pending_buffers: int = 0  # whole-model graphs on CUDA: max_pending_buffers (measured: cuGraphLaunch blocks at 42 graphs in flight on an H200); 0: max_pending_buffers
     model_max_active_tasks: int = 0  # whole-model graphs (kvsim generate): tasks in flight (CPU: fitted; CUDA: MLX's MAX_ACTIVE_TASKS); 0: max_active_tasks
     matmul_flops_per_s: float = 1.0e12  # whole-model graphs: a matmul's arithmetic rate, its device time beside the bytes it moves
@@ -309,6 +310,10 @@ def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
     return overlay_profile(DEFAULTS[backend], body, str(path))
 
 
+CHOICES: dict[str, tuple[str, ...]] = {"model_graph_cache_scope": ("first", "generation")}
+"""String fields that take one of a few values."""
+
+
 def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) -> BackendProfile:
     """``base`` with the fields a profile JSON object sets (others are ignored). A value of the wrong
     type raises ``ValueError`` naming ``source``, the field and the value, on one line."""
@@ -327,6 +332,8 @@ def overlay_profile(base: BackendProfile, body: Mapping[str, Any], source: str) 
         else:
             ok, kind = number and math.isfinite(value), "a finite number"
             value = float(value) if ok else value
+        if ok and f.name in CHOICES and value not in CHOICES[f.name]:
+            ok, kind = False, " or ".join(repr(c) for c in CHOICES[f.name])
         if not ok:
             raise ValueError(f"{source}: profile field {f.name!r} must be {kind}, got {value!r}")
         values[f.name] = value

@@ -1,0 +1,161 @@
+"""A generation's later prompt chunks, traced on an H200 (``kernels/chunk-trace.tar.xz``, CUPTI, ``chunk_trace.sh``;
+``docs/generation.md``, "CUDA: a generation's later chunks traced"): which of them MLX's graph cache meets cold.
+
+Each config ran its prompt's chunks twice in a fresh process, as ``generate_step`` runs them: pass 0 is a generation's
+cold pass, pass 1 the same chunks again, warm.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import tarfile
+from dataclasses import dataclass, replace
+from functools import cache
+
+import pytest
+
+from kvsim.core.paths import REPO_DATA_DIR
+from kvsim.generation.config import load_model_config
+from kvsim.generation.model import build_model
+from kvsim.generation.schedule import Workload, played_chunks, record, replay
+from kvsim.sim.profile import load_profile
+
+TRACE = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4" / "kernels" / "chunk-trace.tar.xz"
+H9, H11, P = "docs/tools/device/heldout9", "docs/tools/device/heldout11", "kvsim/data/configs/public"
+CONFIGS = {  # trace name -> (config, prompt tokens); every prompt in 2,048-token chunks
+    "q4": (f"{P}/qwen3-4b-4bit.json", 8192),
+    "mis6": (f"{H11}/mistral-7b-instruct-v0.3-6bit.json", 4096),
+    "phi4": (f"{H9}/phi-3-mini-4k-instruct-4bit.json", 8192),
+    "llama8": ("llama-3.1-8b-instruct", 8192),
+    "l8q16": (f"{P}/llama-3.1-8b-4bit.json", 16384),
+}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One traced chunk: its pass, offset, peak above the memory held before it, graphs launched and instantiated, and
+    how many of those instantiations returned only once the device had finished every graph in flight."""
+
+    run: int
+    offset: int
+    peak_above_bytes: int
+    launches: int
+    instantiations: int
+    waited: int
+
+
+@cache
+def chunks(name: str) -> tuple[Chunk, ...]:
+    with tarfile.open(fileobj=lzma.open(TRACE)) as tar:
+        timing = [json.loads(x) for x in tar.extractfile(f"timing-{name}.jsonl").read().decode().splitlines()]
+        lines = tar.extractfile(f"trace-{name}.txt").read().decode().splitlines()
+    device, launches, instantiations, enter, corr = {}, [], [], {}, None
+    for line in lines:  # cold_trace.c's format: times in ns of CLOCK_MONOTONIC, time.perf_counter()'s clock
+        p = line.split()
+        if p[0] == "G":
+            device[int(p[1])] = int(p[3]) / 1e9
+        elif p[0] == "C" and p[2] == "cuGraphLaunch":
+            corr = int(p[1])
+        elif p[0] == "A" and p[1] == "E":
+            enter[p[3]] = int(p[4]) / 1e9
+        elif p[0] == "A" and p[3] == "cuGraphLaunch":
+            launches.append((corr, enter[p[3]]))
+        elif p[0] == "A" and p[3] == "cuGraphInstantiateWithFlags":
+            instantiations.append((enter[p[3]], int(p[4]) / 1e9))
+    launches = [(a, device.get(c, 0.0)) for c, a in launches]  # the device's records come after the calls
+    out = []
+    for t in (r for r in timing if "run" in r):
+        start, done = t["encode_start_s"], t["done_s"]
+        mine = [(a, b) for a, b in instantiations if start <= a <= done]
+        waited = sum(1 for a, b in mine if any(s < a < e for s, e in launches) and
+                     b >= max(e for s, e in launches if s < a < e))
+        out.append(Chunk(t["run"], t["offset"], t["peak_above_bytes"], sum(1 for a, _ in launches if start <= a <= done),
+                         len(mine), waited))
+    return tuple(out)
+
+
+def test_a_later_chunk_instantiates_and_waits_as_a_first_eval_does() -> None:
+    """The cold pass instantiates CUDA graphs in every chunk whose buffers are new structures, and those instantiations
+    wait for the device as a first eval's do (more than half of them). Warm, the same chunks instantiate none but a
+    fenced model's first: the cold pass's was cut at the fences of the model's lazy state, the warm one is not. A chunk that instantiates none peaks as warm (Qwen3-4B 4-bit's third, 6.35 GB, to 1 MB); one that
+    instantiates most of its buffers peaks lower than warm: Mistral-7B 6-bit's second, 3.25 against 7.86 GB."""
+    waited = instantiated = 0
+    for name in CONFIGS:
+        for c in chunks(name):
+            if c.run == 1 and c.offset > 0:
+                assert c.instantiations == 0, (name, c)
+            elif c.offset > 0:
+                waited, instantiated = waited + c.waited, instantiated + c.instantiations
+    assert waited > instantiated / 2
+    q4 = {(c.run, c.offset): c for c in chunks("q4")}
+    assert q4[0, 4096].instantiations == 0 and abs(q4[0, 4096].peak_above_bytes - q4[1, 4096].peak_above_bytes) < 2**20
+    mis6 = {(c.run, c.offset): c for c in chunks("mis6")}
+    assert mis6[0, 2048].instantiations == 8 and mis6[0, 2048].peak_above_bytes < 0.45 * mis6[1, 2048].peak_above_bytes
+
+
+def played(name: str) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
+    """Per prompt chunk kvsim plays (its offset): kvsim's (buffers, instantiations) and MLX's (launches,
+    instantiations), with one graph cache for the generation (``model_graph_cache_scope`` "generation")."""
+    profile = replace(load_profile("mlx-cuda"), model_graph_cache_scope="generation")
+    config, tokens = CONFIGS[name]
+    built = build_model(load_model_config(config))
+    commits: list[list[int]] = []
+    player = replay(record(built, Workload(tokens, 2), profile), profile, commits)
+    real = [c for c in chunks(name) if c.run == 0]
+    indices = sorted(played_chunks(len(real), every_structure=True))
+    mine = [(len(b), n) for e, b, n in zip(player.evals, commits, player.instantiated) if e.phase == "prefill"]
+    assert len(mine) == len(indices)
+    return {real[i].offset: (m, (real[i].launches, real[i].instantiations)) for i, m in zip(indices, mine)}
+
+
+def test_kvsims_keys_give_mlxs_instantiations_chunk_by_chunk() -> None:
+    """kvsim's keys (``kvsim.sim.graph_cache``) instantiate, in the later chunks kvsim plays, the buffers MLX
+    instantiated: 12 of 14 exactly, two one more (Llama-3.1-8B's last chunk; and the 4-bit one's seventh at 16K, which
+    kvsim plays after its second and sixth chunks only). Each commits as many buffers as MLX launched. Unfenced first
+    evals instantiate every buffer, as MLX's did; a fenced one (the first eval computes the model's lazy state)
+    commits 64 buffers against MLX's 96 launches and instantiates 4 against 5."""
+    exact = later = 0
+    for name in CONFIGS:
+        for offset, ((buffers, new), (launched, instantiated)) in played(name).items():
+            if offset == 0 and name in ("llama8", "l8q16"):  # fenced
+                assert (buffers, new, launched, instantiated) == (64, 4, 96, 5)
+            elif offset == 0:
+                assert buffers == launched == new == instantiated
+            else:
+                assert buffers == launched and new - instantiated in (0, 1), (name, offset, new, instantiated)
+                exact, later = exact + (new == instantiated), later + 1
+    assert (exact, later) == (12, 14)
+
+
+def test_the_chunks_a_generation_wide_cache_plays() -> None:
+    """Beside the first and the last two chunks, a generation-wide graph cache plays the second (the caches' first
+    growth) and the one before the last two (whose structures the last two meet)."""
+    assert played_chunks(8) == {0, 6, 7} and played_chunks(8, every_structure=True) == {0, 1, 5, 6, 7}
+    assert played_chunks(4, every_structure=True) == {0, 1, 2, 3} and played_chunks(1, every_structure=True) == {0}
+
+
+def test_a_cold_second_chunk_peaks_where_the_generation_wide_cache_plays_it() -> None:
+    """Mistral-7B 6-bit at 4,096 tokens: its second chunk instantiates 8 of its 9 buffers and peaks 3.25 GB above the
+    memory held before it (0.27 GB of caches), in the trace's cold pass as in mlx-lm's own loop (``loop-bisect.jsonl``).
+    Played warm (scope "first") kvsim puts it at 6.92 GB above the weights; played through the generation's cache, at
+    3.51, the real chunk's 3.25 + 0.27."""
+    config, tokens = CONFIGS["mis6"]
+    built = build_model(load_model_config(config))
+    real = {(c.run, c.offset): c for c in chunks("mis6")}[0, 2048].peak_above_bytes
+    above = {}
+    for scope in ("first", "generation"):
+        profile = replace(load_profile("mlx-cuda"), model_graph_cache_scope=scope)
+        evals = replay(record(built, Workload(tokens, 2), profile), profile).evals
+        above[scope] = evals[1].peak_bytes - built.weights_bytes - evals[1].kv_before_bytes
+    assert above["first"] > 2 * real
+    assert abs(above["generation"] / real - 1) < 0.02, (above, real)
+
+
+def test_a_profile_names_its_graph_cache_scope_or_says_which_it_takes() -> None:
+    from kvsim.sim.profile import overlay_profile
+
+    base = load_profile("mlx-cuda")
+    assert overlay_profile(base, {"model_graph_cache_scope": "generation"}, "p.json").model_graph_cache_scope == "generation"
+    with pytest.raises(ValueError, match="model_graph_cache_scope.*'first' or 'generation', got 'generaton'"):
+        overlay_profile(base, {"model_graph_cache_scope": "generaton"}, "p.json")
