@@ -8,12 +8,11 @@ cold pass, pass 1 the same chunks again, warm.
 from __future__ import annotations
 
 import json
-import lzma
-import tarfile
 from dataclasses import dataclass, replace
 from functools import cache
 
 import pytest
+from cupti_trace import read_trace
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import load_model_config
@@ -47,31 +46,13 @@ class Chunk:
 
 @cache
 def chunks(name: str) -> tuple[Chunk, ...]:
-    with tarfile.open(fileobj=lzma.open(TRACE)) as tar:
-        timing = [json.loads(x) for x in tar.extractfile(f"timing-{name}.jsonl").read().decode().splitlines()]
-        lines = tar.extractfile(f"trace-{name}.txt").read().decode().splitlines()
-    device, launches, instantiations, enter, corr = {}, [], [], {}, None
-    for line in lines:  # cold_trace.c's format: times in ns of CLOCK_MONOTONIC, time.perf_counter()'s clock
-        p = line.split()
-        if p[0] == "G":
-            device[int(p[1])] = int(p[3]) / 1e9
-        elif p[0] == "C" and p[2] == "cuGraphLaunch":
-            corr = int(p[1])
-        elif p[0] == "A" and p[1] == "E":
-            enter[p[3]] = int(p[4]) / 1e9
-        elif p[0] == "A" and p[3] == "cuGraphLaunch":
-            launches.append((corr, enter[p[3]]))
-        elif p[0] == "A" and p[3] == "cuGraphInstantiateWithFlags":
-            instantiations.append((enter[p[3]], int(p[4]) / 1e9))
-    launches = [(a, device.get(c, 0.0)) for c, a in launches]  # the device's records come after the calls
+    trace = read_trace(TRACE, name)
     out = []
-    for t in (r for r in timing if "run" in r):
-        start, done = t["encode_start_s"], t["done_s"]
-        mine = [(a, b) for a, b in instantiations if start <= a <= done]
-        waited = sum(1 for a, b in mine if any(s < a < e for s, e in launches) and
-                     b >= max(e for s, e in launches if s < a < e))
-        out.append(Chunk(t["run"], t["offset"], t["peak_above_bytes"], sum(1 for a, _ in launches if start <= a <= done),
-                         len(mine), waited))
+    for t in trace.timing:
+        launches, instantiations = trace.within(t)
+        waited = sum(1 for a, b in instantiations
+                     if (running := [end for s, _, _, end in trace.launches if s < a < end]) and b >= max(running))
+        out.append(Chunk(t["run"], t["offset"], t["peak_above_bytes"], len(launches), len(instantiations), waited))
     return tuple(out)
 
 

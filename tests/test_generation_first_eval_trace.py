@@ -6,11 +6,10 @@ Each config ran one chunk three times in a fresh process: pass 0 is the process'
 
 from __future__ import annotations
 
-import json
-import lzma
-import tarfile
 from dataclasses import dataclass, replace
 from functools import cache
+
+from cupti_trace import read_trace
 
 from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import load_model_config
@@ -42,29 +41,8 @@ class Pass:
 
 @cache
 def passes(name: str) -> tuple[Pass, ...]:
-    with tarfile.open(fileobj=lzma.open(TRACE)) as tar:
-        timing = [json.loads(x) for x in tar.extractfile(f"timing-{name}.jsonl").read().decode().splitlines()]
-        lines = tar.extractfile(f"trace-{name}.txt").read().decode().splitlines()
-    device, launches, instantiations, enter, corr = {}, [], [], {}, None
-    for line in lines:  # cold_trace.c's format: times in ns of CLOCK_MONOTONIC, time.perf_counter()'s clock
-        p = line.split()
-        if p[0] == "G":
-            device[int(p[1])] = (int(p[2]) / 1e9, int(p[3]) / 1e9)
-        elif p[0] == "C" and p[2] == "cuGraphLaunch":
-            corr = int(p[1])
-        elif p[0] == "A" and p[1] == "E":
-            enter[p[3]] = int(p[4]) / 1e9
-        elif p[0] == "A" and p[3] == "cuGraphLaunch":
-            launches.append((corr, enter[p[3]], int(p[4]) / 1e9))
-        elif p[0] == "A" and p[3] == "cuGraphInstantiateWithFlags":
-            instantiations.append((enter[p[3]], int(p[4]) / 1e9))
-    out = []
-    for t in (r for r in timing if "run" in r):
-        start, done = t["encode_start_s"], t["done_s"]
-        out.append(Pass(t["peak_above_bytes"],
-                        tuple((a, b, *device[c]) for c, a, b in launches if start <= a <= done and c in device),
-                        tuple((a, b) for a, b in instantiations if start <= a <= done)))
-    return tuple(out)
+    trace = read_trace(TRACE, name)
+    return tuple(Pass(t["peak_above_bytes"], *trace.within(t)) for t in trace.timing)
 
 
 def test_fenced_first_evals_run_42_graphs_ahead_and_the_launch_blocks_there() -> None:
