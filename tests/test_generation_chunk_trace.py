@@ -146,30 +146,49 @@ def _rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (TRACE.parent.parent / name).read_text(encoding="utf-8").splitlines()]
 
 
-def test_the_twentieth_set_reads_as_it_was_predicted() -> None:
-    """The twentieth held-out set: nine prompts of two and three chunks, predicted before they were measured under the
-    shipped profile (``predictions/heldout20.jsonl``) and with one graph cache for the generation
-    (``heldout20-generation.jsonl``). Today's predictions are the first, value for value. Each reads 8 of 9 inside;
-    each misses Phi-3-mini 4-bit at 4,096 (+21.2% shipped, -17.9% with the generation's cache): its second chunk peaks
-    between kvsim's cold and warm plays. The generation's cache brings the dense second chunks onto their runs
-    (Gemma-3-1B, Llama-3.2-3B: within 1%, from +15.1% and +11.0%) and puts the quantized ones 6-18% under theirs."""
+def _read_as_predicted(n: int, outs: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+    """Held-out set ``n``: its runs beside both committed predictions (``outs``: the runs out of range under each);
+    today's predictions are the shipped file's, value for value. Returns each rule's errors by config file."""
     from kvsim.generation.config import ModelConfig
     from kvsim.generation.measure import row_workload
     from kvsim.generation.predict import predict
 
-    rows = _rows("heldout20.jsonl")
-    errors = {}
-    for rule in ("heldout20.jsonl", "heldout20-generation.jsonl"):
-        stored = {(p["name"], p["prompt_tokens"]): p for p in _rows(f"predictions/{rule}")}
+    rows, errors = _rows(f"heldout{n}.jsonl"), {}
+    for rule, want in outs.items():
+        stored = {(p["name"], p["prompt_tokens"]): p for p in _rows(f"predictions/heldout{n}{rule}.jsonl")}
         assert len(rows) == len(stored) == 9
         pairs = [(r, stored[r["name"], r["prompt_tokens"]]) for r in rows]
         out = [r["name"] for r, p in pairs if not p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"]]
-        assert out == [f"{H9}/phi-3-mini-4k-instruct-4bit.json"], (rule, out)
+        assert out == want, (n, rule, out)
         errors[rule] = {r["name"].split("/")[-1]: p["peak_bytes"] / r["peak_bytes"] - 1 for r, p in pairs}
-    for dense in ("gemma-3-1b-it", "llama-3.2-3b.json"):
-        assert errors["heldout20.jsonl"][dense] > 0.10 and abs(errors["heldout20-generation.jsonl"][dense]) < 0.01
+    shipped = {s["name"]: s for s in _rows(f"predictions/heldout{n}.jsonl")}
     for row in rows:
         p = predict(build_model(ModelConfig(row["config"], row["name"])), row_workload(row), "mlx-cuda")
-        stored = next(s for s in _rows("predictions/heldout20.jsonl") if s["name"] == row["name"])
-        assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
-            stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"]), row["name"]
+        assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == tuple(
+            shipped[row["name"]][k] for k in ("peak_bytes", "peak_low_bytes", "peak_high_bytes")), row["name"]
+    return errors
+
+
+def test_the_twentieth_set_reads_as_it_was_predicted() -> None:
+    """The twentieth held-out set: nine prompts of two and three chunks, predicted before they were measured under the
+    shipped profile (``predictions/heldout20.jsonl``) and with one graph cache for the generation
+    (``heldout20-generation.jsonl``). Each reads 8 of 9 inside; each misses Phi-3-mini 4-bit at 4,096 (+21.2%
+    shipped, -17.9% with the generation's cache): its second chunk peaks between kvsim's cold and warm plays. The
+    generation's cache brings the dense second chunks onto their runs (Gemma-3-1B, Llama-3.2-3B: within 1%, from +15.1%
+    and +11.0%) and puts the quantized ones 6-18% under theirs."""
+    phi = [f"{H9}/phi-3-mini-4k-instruct-4bit.json"]
+    errors = _read_as_predicted(20, {"": phi, "-generation": phi})
+    for dense in ("gemma-3-1b-it", "llama-3.2-3b.json"):
+        assert errors[""][dense] > 0.10 and abs(errors["-generation"][dense]) < 0.01
+
+
+def test_the_twenty_first_set_reads_as_it_was_predicted() -> None:
+    """The twenty-first held-out set: nine more prompts of two and three chunks, predicted before they were measured
+    under the shipped profile and under the candidate the twentieth set and the stored runs suggested: the generation's
+    graph cache with the host's allocations at 200 GB/s (``heldout21-generation.jsonl``). Each reads 8 of 9 inside.
+    Shipped, Llama-3.2-3B 4-bit at 4,096 is out (+24.8%, its second chunk played warm); the candidate has it at -5.4%
+    and misses SmolLM2-1.7B at 6,144 instead (-15.3%). Point median 5.8% shipped, 6.9% the candidate: no better, so
+    the profile keeps its later chunks warm."""
+    errors = _read_as_predicted(21, {"": [f"{P}/llama-3.2-3b-4bit.json"],
+                                     "-generation": ["docs/tools/device/heldout8/smollm2-1.7b.json"]})
+    assert errors[""]["llama-3.2-3b-4bit.json"] > 0.24 and abs(errors["-generation"]["llama-3.2-3b-4bit.json"]) < 0.06
