@@ -7,20 +7,19 @@ cold pass, pass 1 the same chunks again, warm.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cache
 
 import pytest
+from cuda_runs import RUNS, predicted, rows
 from cupti_trace import read_trace
 
-from kvsim.core.paths import REPO_DATA_DIR
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import build_model
 from kvsim.generation.schedule import Workload, played_chunks, record, replay
 from kvsim.sim.profile import load_profile
 
-TRACE = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4" / "kernels" / "chunk-trace.tar.xz"
+TRACE = RUNS / "kernels" / "chunk-trace.tar.xz"
 H9, H11, P = "docs/tools/device/heldout9", "docs/tools/device/heldout11", "kvsim/data/configs/public"
 CONFIGS = {  # trace name -> (config, prompt tokens); every prompt in 2,048-token chunks
     "q4": (f"{P}/qwen3-4b-4bit.json", 8192),
@@ -142,28 +141,19 @@ def test_a_profile_names_its_graph_cache_scope_or_says_which_it_takes() -> None:
         overlay_profile(base, {"model_graph_cache_scope": "generaton"}, "p.json")
 
 
-def _rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in (TRACE.parent.parent / name).read_text(encoding="utf-8").splitlines()]
-
-
 def _read_as_predicted(n: int, outs: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """Held-out set ``n``: its runs beside both committed predictions (``outs``: the runs out of range under each);
     today's predictions are the shipped file's, value for value. Returns each rule's errors by config file."""
-    from kvsim.generation.config import ModelConfig
-    from kvsim.generation.measure import row_workload
-    from kvsim.generation.predict import predict
-
-    rows, errors = _rows(f"heldout{n}.jsonl"), {}
+    runs, errors = rows(f"heldout{n}.jsonl"), {}
     for rule, want in outs.items():
-        stored = {(p["name"], p["prompt_tokens"]): p for p in _rows(f"predictions/heldout{n}{rule}.jsonl")}
-        assert len(rows) == len(stored) == 9
-        pairs = [(r, stored[r["name"], r["prompt_tokens"]]) for r in rows]
+        stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout{n}{rule}.jsonl")}
+        assert len(runs) == len(stored) == 9
+        pairs = [(r, stored[r["name"], r["prompt_tokens"]]) for r in runs]
         out = [r["name"] for r, p in pairs if not p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"]]
         assert out == want, (n, rule, out)
         errors[rule] = {r["name"].split("/")[-1]: p["peak_bytes"] / r["peak_bytes"] - 1 for r, p in pairs}
-    shipped = {s["name"]: s for s in _rows(f"predictions/heldout{n}.jsonl")}
-    for row in rows:
-        p = predict(build_model(ModelConfig(row["config"], row["name"])), row_workload(row), "mlx-cuda")
+    shipped = {s["name"]: s for s in rows(f"predictions/heldout{n}.jsonl")}
+    for row, p in predicted(runs):
         assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == tuple(
             shipped[row["name"]][k] for k in ("peak_bytes", "peak_low_bytes", "peak_high_bytes")), row["name"]
     return errors

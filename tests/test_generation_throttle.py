@@ -9,10 +9,10 @@ in flight (``model_max_pending_buffers``, traced). A model without lazy state is
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
-from kvsim.core.paths import REPO_DATA_DIR
+from cuda_runs import predicted, rows
+
 from kvsim.generation.config import ModelConfig
 from kvsim.generation.measure import row_workload
 from kvsim.generation.model import build_model
@@ -20,18 +20,12 @@ from kvsim.generation.predict import predict
 from kvsim.generation.schedule import record, replay
 from kvsim.sim.profile import load_profile
 
-RUNS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4"
-
-
-def _rows(name: str) -> list[dict]:
-    return [json.loads(line) for line in (RUNS / name).read_text(encoding="utf-8").splitlines()]
-
 
 def test_gpt_oss_first_eval_is_cut_at_its_fences_and_lands_on_its_fitted_play() -> None:
     """gpt-oss-20b's 2,000-token prompt is one chunk, so its first eval is the peak: 15.07 GB above the weights.
     Played without fences, the task throttle held it at 12.25 (-19%); with them, kvsim's point is the fenced fitted
     play, 14.66, and the range holds the run."""
-    row = next(r for r in _rows("heldout12.jsonl") if r["name"] == "gpt-oss-20b")
+    row = next(r for r in rows("heldout12.jsonl") if r["name"] == "gpt-oss-20b")
     built, workload = build_model(ModelConfig(row["config"], row["name"])), row_workload(row)
     profile = load_profile("mlx-cuda")
     recorded = record(built, workload, profile, None)
@@ -50,7 +44,7 @@ def test_the_launch_limit_holds_a_fenced_first_eval() -> None:
     """DeepSeek-V2-Lite 4-bit at a one-chunk 2,560-token prompt (the fifteenth set's miss, -24.4% under the halfway
     point) peaked 11.02 GB above its weights. Its fenced play with the host running ahead of every fence's commit
     reads 15.97; held at 42 graphs in flight it reads 11.07, within 2%."""
-    row = next(r for r in _rows("heldout15.jsonl") if "deepseek" in r["name"] and r["prompt_tokens"] == 2560)
+    row = next(r for r in rows("heldout15.jsonl") if "deepseek" in r["name"] and r["prompt_tokens"] == 2560)
     built, workload = build_model(ModelConfig(row["config"], row["name"])), row_workload(row)
     profile = load_profile("mlx-cuda")
     recorded = record(built, workload, profile, None)
@@ -58,12 +52,6 @@ def test_the_launch_limit_holds_a_fenced_first_eval() -> None:
     free = replay(recorded, replace(profile, model_max_pending_buffers=0)).evals[0].peak_bytes
     assert abs(held / row["peak_bytes"] - 1) <= 0.02
     assert free - built.weights_bytes > 1.4 * (row["peak_bytes"] - built.weights_bytes)
-
-
-def _predicted(rows: list[dict]) -> list[tuple[dict, object]]:
-    """Each stored run beside today's prediction of it."""
-    return [(row, predict(build_model(ModelConfig(row["config"], row["name"])), row_workload(row), "mlx-cuda"))
-            for row in rows]
 
 
 def _errors_pct(pairs: list[tuple[dict, object]]) -> dict[str, float]:
@@ -78,10 +66,10 @@ def test_the_seventeenth_set_lies_inside_and_its_quantized_first_evals_on_their_
     instantiations leave the newest graph running (``model_instantiate_overlap_buffers``, chosen after these runs were
     read) each point lies at or above that one, the unfenced quantized ones within 0.5% of their runs. Each run lies
     inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048)."""
-    stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout17-graph-cache.jsonl")}
-    control = [r for r in _rows("heldout16.jsonl") if "qwen3-8b-4bit" in r["name"]]
+    stored = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout17-graph-cache.jsonl")}
+    control = [r for r in rows("heldout16.jsonl") if "qwen3-8b-4bit" in r["name"]]
     assert len(stored) == 7 and len(control) == 1
-    pairs = _predicted([*_rows("heldout17.jsonl"), *control])
+    pairs = predicted([*rows("heldout17.jsonl"), *control])
     for row, p in pairs:
         assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
         before = stored.get((row["name"], row["prompt_tokens"]))
@@ -98,9 +86,9 @@ def test_the_eighteenth_set_reads_six_of_eight_inside() -> None:
     first-eval instantiations that leave the newest graph running. Qwen3-4B 4-bit at 3,072 now reads on its run and
     comes inside. Out: Phi-3-mini 8-bit, at kvsim's cold play with the latest frees, 1.5% past the range's top, and
     Mistral-7B 6-bit's second chunk, which mlx-lm's loop runs low ("CUDA: an eighteenth held-out set")."""
-    stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout18.jsonl")}
+    stored = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout18.jsonl")}
     inside = set()
-    for row, p in _predicted(_rows("heldout18.jsonl")):
+    for row, p in predicted(rows("heldout18.jsonl")):
         before = stored[(row["name"], row["prompt_tokens"])]
         assert p.peak_bytes >= before["peak_bytes"], row["name"]
         assert p.weights_bytes == row["params_bytes"] and p.kv_bytes == row["kv_bytes"], row["name"]
@@ -120,18 +108,18 @@ def test_the_nineteenth_set_reads_as_it_was_predicted() -> None:
     Qwen3-4B 5-bit -20.7%). Its quantized runs read within 1%, but Gemma-3-1B 4-bit (-5.3%) and Qwen3-4B 5-bit at
     3,072 (-16.0%); three dense ones read 5.8-9.5% over, where the rule before was exact: a first eval's peak meets its
     predecessor's work only where a real instantiation returns early, once in three."""
-    stored = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout19.jsonl")}
-    before = {(p["name"], p["prompt_tokens"]): p for p in _rows("predictions/heldout19-overlap0.jsonl")}
-    rows = _rows("heldout19.jsonl")
-    assert len(rows) == len(stored) == len(before) == 10
-    pairs = _predicted(rows)
+    stored = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout19.jsonl")}
+    before = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout19-overlap0.jsonl")}
+    runs = rows("heldout19.jsonl")
+    assert len(runs) == len(stored) == len(before) == 10
+    pairs = predicted(runs)
     for row, p in pairs:
         key = (row["name"], row["prompt_tokens"])
         assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
             stored[key]["peak_bytes"], stored[key]["peak_low_bytes"], stored[key]["peak_high_bytes"]), row["name"]
         assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
-    old = [before[(r["name"], r["prompt_tokens"])] for r in rows]
-    assert sum(p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"] for r, p in zip(rows, old)) == 8
+    old = [before[(r["name"], r["prompt_tokens"])] for r in runs]
+    assert sum(p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"] for r, p in zip(runs, old)) == 8
     errors = _errors_pct(pairs)
     assert sorted(k for k, e in errors.items() if e > 5) == ["qwen2.5-3b-instruct:2048", "qwen3-1.7b:2048",
                                                            "smollm2-1.7b:2048"], errors
