@@ -4,7 +4,8 @@
 # instantiations wait for the device as a process's first eval's do (docs/generation.md, "CUDA: a generation's later
 # chunks traced"). chunk_timing.py --sync --runs 2 (mlx-lm's loop: mx.eval of the caches' state, mx.clear_cache()
 # after each chunk; the first pass cold, the second warm), each config in a process of its own after an untraced one
-# that builds its kernels. Writes $OUT/chunk-trace.tar.xz (trace-NAME.txt, timing-NAME.jsonl).
+# that builds its kernels. Writes $OUT/$ARCHIVE (default chunk-trace.tar.xz: trace-NAME.txt, timing-NAME.jsonl).
+# RUNS overrides the configs (SECONDS:NAME:CONFIG:TOKENS:STEP:RUNS[:trace] ...), as device_time_trace.sh does.
 set -o pipefail; export STAGE=/tmp/stage SITE=/tmp/site; source docs/tools/device/device_unpack.sh || exit 3
 start=$(date +%s); deadline=${DEADLINE_S:-540}
 nvidia-smi -L | tee $OUT/device.txt
@@ -31,4 +32,4 @@ RUNS=${RUNS:-"100:b-q4:$P/qwen3-4b-4bit.json:8192:2048:1 60:q4:$P/qwen3-4b-4bit.
 for r in $RUNS; do
   IFS=: read -r sec name config tokens step runs trace <<< "$r"; run "$sec" "$name" "$config" "$tokens" "$step" "$runs" $trace
 done
-cd $OUT && tar cJf chunk-trace.tar.xz trace-*.txt timing-* && rm -f trace-*.txt timing-*; ls -la $OUT
+cd $OUT && tar cJf ${ARCHIVE:-chunk-trace.tar.xz} trace-*.txt timing-* && rm -f trace-*.txt timing-*; ls -la $OUT
