@@ -55,3 +55,9 @@ def test_a_truncated_trace_reads_without_its_last_line() -> None:
     """The MoE's trace was cut off by its timeout mid-line (``moe4``): it reads, with no chunk timed."""
     assert device_times.read_chunks(MORE, "moe4") == []
     assert device_times.names_in(MORE) == ["gemma1b", "gemma4b", "moe4", "qwen06", "smol17"]
+
+
+def test_the_tool_names_a_trace_it_does_not_have(capsys: pytest.CaptureFixture[str]) -> None:
+    assert device_times.main([str(MORE), "gema1b"]) == 2
+    assert "no trace 'gema1b'" in capsys.readouterr().err
+    assert device_times.main([str(MORE.with_name("nope.tar.xz"))]) == 2

@@ -90,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.archive.is_file():
         print(f"device_times: archive {str(args.archive)!r} not found", file=sys.stderr)
         return 2
-    for name in args.names or names_in(args.archive):
+    known = names_in(args.archive)
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        print(f"device_times: no trace {unknown[0]!r} in {args.archive.name} (it has {', '.join(known)})", file=sys.stderr)
+        return 2
+    for name in args.names or known:
         for c in read_chunks(args.archive, name):
             if args.warm and (c.run != 1 or c.offset == 0):
                 continue
