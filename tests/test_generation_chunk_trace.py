@@ -7,8 +7,12 @@ cold pass, pass 1 the same chunks again, warm.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 
 import pytest
 from cuda_runs import RUNS, predicted, rows
@@ -20,6 +24,7 @@ from kvsim.generation.schedule import Workload, played_chunks, record, replay
 from kvsim.sim.profile import load_profile
 
 TRACE = RUNS / "kernels" / "chunk-trace.tar.xz"
+ROOT = Path(__file__).resolve().parents[1]
 H9, H11, P = "docs/tools/device/heldout9", "docs/tools/device/heldout11", "kvsim/data/configs/public"
 CONFIGS = {  # trace name -> (config, prompt tokens); every prompt in 2,048-token chunks
     "q4": (f"{P}/qwen3-4b-4bit.json", 8192),
@@ -147,7 +152,7 @@ def _read_as_predicted(n: int, outs: dict[str, list[str]]) -> dict[str, dict[str
     runs, errors = rows(f"heldout{n}.jsonl"), {}
     for rule, want in outs.items():
         stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout{n}{rule}.jsonl")}
-        assert len(runs) == len(stored) == 9
+        assert len(runs) == len(stored) == (7 if n == 22 else 9)
         pairs = [(r, stored[r["name"], r["prompt_tokens"]]) for r in runs]
         out = [r["name"] for r, p in pairs if not p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"]]
         assert out == want, (n, rule, out)
@@ -182,3 +187,26 @@ def test_the_twenty_first_set_reads_as_it_was_predicted() -> None:
     errors = _read_as_predicted(21, {"": [f"{P}/llama-3.2-3b-4bit.json"],
                                      "-generation": ["docs/tools/device/heldout8/smollm2-1.7b.json"]})
     assert errors[""]["llama-3.2-3b-4bit.json"] > 0.24 and abs(errors["-generation"]["llama-3.2-3b-4bit.json"]) < 0.06
+
+
+def test_the_twenty_second_set_reads_as_it_was_predicted() -> None:
+    """The twenty-second held-out set: seven prompts of two to four chunks, predicted before they were measured under
+    the shipped profile and under candidate B (measured device and host times, ``docs/tools/timing_study/``;
+    ``heldout22-b.jsonl``). Shipped, 6 of 7 inside: Llama-3.2-3B 4-bit at 6,144 is out (+21.9%, its later chunks
+    played warm). Candidate B has all 7 inside, that one at -0.0%, every error within 5.7%."""
+    errors = _read_as_predicted(22, {"": [f"{P}/llama-3.2-3b-4bit.json"], "-b": []})
+    assert errors[""]["llama-3.2-3b-4bit.json"] > 0.21 and abs(errors["-b"]["llama-3.2-3b-4bit.json"]) < 0.001
+    assert max(abs(e) for e in errors["-b"].values()) < 0.06
+
+
+def test_candidate_bs_predictions_are_the_committed_scripts(tmp_path: Path) -> None:
+    """``heldout22-b.jsonl`` is what ``docs/tools/timing_study/predict_b.py`` predicts (one row, remade in a process
+    of its own: its patches stay out of this one)."""
+    out = tmp_path / "b.jsonl"
+    subprocess.run([sys.executable, "docs/tools/timing_study/predict_b.py", "--configs", "qwen2.5-0.5b-instruct",
+                    "--workloads", "8192:2048:16", "--backend", "mlx-cuda", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    made = json.loads(out.read_text())
+    stored = [r for r in rows("predictions/heldout22-b.jsonl") if r["name"] == "qwen2.5-0.5b-instruct"][0]
+    assert [made[k] for k in ("peak_bytes", "peak_low_bytes", "peak_high_bytes")] == \
+        [stored[k] for k in ("peak_bytes", "peak_low_bytes", "peak_high_bytes")]
