@@ -200,8 +200,8 @@ def test_the_twenty_second_set_reads_as_it_was_predicted() -> None:
 
 
 def test_candidate_bs_predictions_are_the_committed_scripts(tmp_path: Path) -> None:
-    """``heldout22-b.jsonl`` is what ``docs/tools/timing_study/predict_b.py`` predicts (one row, remade in a process
-    of its own: its patches stay out of this one)."""
+    """``heldout22-b.jsonl`` is what ``docs/tools/timing_study/predict_b.py`` predicts: candidate B's fields through
+    ``generation_runs.py predict --set``, one row remade as a user runs it."""
     out = tmp_path / "b.jsonl"
     subprocess.run([sys.executable, "docs/tools/timing_study/predict_b.py", "--configs", "qwen2.5-0.5b-instruct",
                     "--workloads", "8192:2048:16", "--backend", "mlx-cuda", "--out", str(out)],

@@ -123,9 +123,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_field(text: str) -> tuple[str, int | float | str]:
-    """argparse type: ``FIELD=VALUE`` naming a numeric profile field (an int field takes an int) or a string field
-    of a few values (``CHOICES``), else one line naming it."""
+def _profile_field(text: str) -> tuple[str, int | float | str | bool]:
+    """argparse type: ``FIELD=VALUE`` naming a numeric profile field (an int field takes an int), a true/false one, or
+    a string field of a few values (``CHOICES``), else one line naming it."""
     from kvsim.sim.profile import CHOICES, BackendProfile
 
     name, _, value = text.partition("=")
@@ -134,6 +134,10 @@ def _profile_field(text: str) -> tuple[str, int | float | str]:
         if value not in CHOICES[name]:
             raise argparse.ArgumentTypeError(f"{name}: {value!r} is not one of {', '.join(CHOICES[name])}")
         return name, value
+    if isinstance(defaults.get(name), bool):
+        if value not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{name}: {value!r} is not true or false")
+        return name, value == "true"
     if not isinstance(defaults.get(name), int | float) or isinstance(defaults[name], bool):
         raise argparse.ArgumentTypeError(f"no numeric profile field {name!r}")
     try:

@@ -113,12 +113,19 @@ class TraceSettings:
     (``BackendProfile.model_stream_fences``, ``kvsim.generation.model.lazy_state``)."""
     every_structure: bool = False
     """The prompt chunks whose structures a generation-wide graph cache meets are played too (``played_chunks``)."""
+    kernel_call_bytes: tuple[tuple[str, float], ...] = ()
+    """Kernels with a time per call beside their arithmetic (a quantized matmul per bits), as bytes."""
+    roofline: bool = False
+    """An op's device time is the larger of its bytes and its arithmetic (``BackendProfile.model_op_time``)."""
 
     def tracing(self) -> AbstractContextManager[Trace]:
         """``kvsim.generation.trace.tracing`` under these settings."""
-        return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop)
+        return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop,
+                       self.kernel_call_bytes, self.roofline)
 
 
+QUANTIZED_BITS = (4, 5, 6, 8)
+"""The bits a quantized matmul may be timed at apart (``BackendProfile.quantized_matmul_<bits>bit_*``)."""
 KERNEL_RATES = {  # a traced primitive -> the profile field with its arithmetic rate (0: matmul_flops_per_s)
     "quantized_matmul": "quantized_matmul_flops_per_s",
     "gather_mm": "gather_matmul_flops_per_s",
@@ -133,8 +140,14 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
     bytes_per_s = p.device_bytes_per_s
     kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
                     if getattr(p, field) > 0)
+    per_bits = [(bits, getattr(p, f"quantized_matmul_{bits}bit_call_s"), getattr(p, f"quantized_matmul_{bits}bit_flops_per_s"))
+                for bits in QUANTIZED_BITS]
+    kernels += tuple((f"quantized_matmul/{bits}", bytes_per_s / rate) for bits, _, rate in per_bits if rate > 0)
+    calls = tuple((f"quantized_matmul/{bits}", call_s * bytes_per_s) for bits, call_s, rate in per_bits
+                  if rate > 0 and call_s > 0)
     return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels,
-                         p.model_stream_fences, graph_cache_scope(p) == "generation")
+                         p.model_stream_fences, graph_cache_scope(p) == "generation", calls,
+                         p.model_op_time == "roofline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +256,7 @@ class Player:
         cache = self.graph_cache if not self.evals or graph_cache_scope(self.profile) == "generation" else None
         state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=cache)
         seen = len(cache.seen) if cache is not None else 0
-        run_eval(ev.graph, leaves, buffers, self.profile, state)
+        run_eval(ev.graph, leaves, buffers, self.profile.later_evals() if self.evals else self.profile, state)
         self.instantiated.append(len(cache.seen) - seen if cache is not None else 0)
         if self.commits is not None:
             self.commits.append(state.commit_nodes)
@@ -337,8 +350,8 @@ def _replayable(recorded: TraceSettings, settings: TraceSettings, profile: Backe
     """Whether a trace recorded with ``recorded`` plays as one made with ``settings`` would: the same, or a
     device that takes no time (the floor), where a matmul's arithmetic bytes move nothing."""
     if math.isinf(profile.device_bytes_per_s):
-        return (replace(recorded, bytes_per_flop=0.0, kernel_bytes_per_flop=())
-                == replace(settings, bytes_per_flop=0.0, kernel_bytes_per_flop=()))
+        return (replace(recorded, bytes_per_flop=0.0, kernel_bytes_per_flop=(), kernel_call_bytes=())
+                == replace(settings, bytes_per_flop=0.0, kernel_bytes_per_flop=(), kernel_call_bytes=()))
     return recorded == settings
 
 

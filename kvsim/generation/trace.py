@@ -99,6 +99,12 @@ class Trace:
     known_leaves: set[int] = field(default_factory=set)  # id() of arrays that are leaves (parameters)
     shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # node -> (shape, dtype) of its array
     kernel_bytes_per_flop: dict[str, float] = field(default_factory=dict)
+    kernel_call_bytes: dict[str, float] = field(default_factory=dict)
+    """A kernel's time per call beside its arithmetic, as bytes (``TraceSettings.kernel_call_bytes``: a quantized
+    matmul per bits, ``"quantized_matmul/4"``)."""
+    roofline: bool = False
+    """An op's device time is the larger of its bytes read and written and its arithmetic, not their sum
+    (``BackendProfile.model_op_time``)."""
     """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
     fused attention's arithmetic is timed only where it is listed."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
@@ -181,13 +187,16 @@ class Trace:
         return self.layout.get(n) or row_major(shape)
 
     def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0,
-           strides: Strides | None = None, nbytes: int | None = None) -> int:
-        """A node computing ``out`` from ``inputs``; ``nbytes``: a buffer MLX sizes otherwise than ``out``."""
+           strides: Strides | None = None, nbytes: int | None = None, bits: int | None = None) -> int:
+        """A node computing ``out`` from ``inputs``; ``nbytes``: a buffer MLX sizes otherwise than ``out``;
+        ``bits``: a quantized matmul's, where its rate is per bits (2- and 3-bit at the 4-bit one's)."""
         nbytes = out.nbytes if nbytes is None else nbytes
         moved = nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
-        per_flop = self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop)
+        key = prim if bits is None else f"{prim}/{max(bits, 4)}"
+        per_flop = self.kernel_bytes_per_flop.get(key, self.kernel_bytes_per_flop.get(prim, self.bytes_per_flop))
         if flops and math.isfinite(per_flop):
-            moved += int(flops * per_flop)
+            arithmetic = int(flops * per_flop + self.kernel_call_bytes.get(key, 0.0))
+            moved = max(moved, arithmetic) if self.roofline else moved + arithmetic
         n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
                           donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
@@ -300,7 +309,8 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         strides = st if dense(x.shape, st) and st[-1:] in ((1,), ()) else None
     flops = 2 * outs[0].size * _arrays_first(args).shape[-1] if base in MATMULS else 0
     donors = tuple(range(len(ins))) if elementwise else ()
-    ids = [t.op(base, ins, o, donors, flops, strides if len(outs) == 1 else None) for o in outs]
+    bits = (kwargs.get("bits") or 4) if base == "quantized_matmul" else None  # mx.quantized_matmul's default: 4
+    ids = [t.op(base, ins, o, donors, flops, strides if len(outs) == 1 else None, bits=bits) for o in outs]
     if len(ids) > 1:
         for i in ids:
             t.graph.arrays[i].siblings = [j for j in ids if j != i]
@@ -414,7 +424,9 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     qn, kn, vn = ins[:3]
     scaled = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), qn], q.nbytes, donors=(1,))
     scores_bytes = b * hq * lq * lk * isz
-    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes)
+    flops = 2 * b * hq * lq * lk * d  # each of q @ k.T and p @ v: timed by it where an op's time is a roofline
+    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes,
+                  work_bytes=int(max(scores_bytes + q.nbytes + k.nbytes, flops * t.bytes_per_flop)) if t.roofline else None)
     if isinstance(mask, str) or isinstance(mask, mx.array):
         if isinstance(mask, str):
             rows = g.view("Broadcast", g.op("Arange", [], lq * 4))
@@ -425,7 +437,8 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         prim = "Select" if isinstance(mask, str) or mask.dtype == mx.bool_ else "Add"
         scores = g.op(prim, [mask_node, scores, g.view("Broadcast", g.scalar(isz))], scores_bytes, donors=(1,))
     probs = g.op("Softmax", [scores], scores_bytes, donors=(0,))
-    t.bind(out, g.op("Matmul", [probs, vn], out.nbytes))
+    t.bind(out, g.op("Matmul", [probs, vn], out.nbytes, work_bytes=int(max(
+        out.nbytes + scores_bytes + v.nbytes, flops * t.bytes_per_flop)) if t.roofline else None))
 
 
 def _attention_flops(q_shape: tuple[int, ...], k_rows: int, mask: Any) -> int:
@@ -693,10 +706,12 @@ def patch_array_ops(patch: Callable[[Any, str, Any], None], wrap: Callable[[str,
 
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
-            kernel_bytes_per_flop: Iterable[tuple[str, float]] = ()) -> Iterator[Trace]:
+            kernel_bytes_per_flop: Iterable[tuple[str, float]] = (), kernel_call_bytes: Iterable[tuple[str, float]] = (),
+            roofline: bool = False) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
     CPU backend's implementations where they allocate temporaries (convolutions)."""
-    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop))
+    t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop),
+              kernel_call_bytes=dict(kernel_call_bytes), roofline=roofline)
     with patching() as patch:
         patch_array_ops(patch, lambda name, fn: _wrap(t, name, fn))
         if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
@@ -794,7 +809,9 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
                 buffer_bytes[r] = arrays[r].nbytes
             continue
         index[n] = len(local.arrays)
-        local.arrays.append(Array(a.nbytes, a.prim, [index[i] for i in a.inputs], a.kernels, a.work_bytes,
+        work = max(a.work_bytes, a.nbytes + sum(arrays[i].nbytes for i in a.inputs)) if t.roofline and a.kernels \
+            else a.work_bytes  # a roofline's bytes: every kernel's reads and writes
+        local.arrays.append(Array(a.nbytes, a.prim, [index[i] for i in a.inputs], a.kernels, work,
                                   a.donors, n in held_nodes, eager=a.eager, elements=elements(t, n),
                                   waits=a.waits, fenced=a.fenced))
     for n in reach:

@@ -83,6 +83,10 @@ class BackendProfile:
     and device apart from the KV workload's fit, and ``model_host_kernel_low_s`` / ``_high_s`` play the range's
     ends with the slowest and fastest host measured (0: the KV workload's; none is set in a shipped profile: the
     measured candidate was rejected on train, ``docs/generation.md``, "CUDA: run-to-run spread").
+    ``model_op_time``, the per-bits ``quantized_matmul_<bits>bit_*`` fields and ``model_later_host`` play the device
+    and host times traced per command buffer (a roofline op time; a process's later evals on the traced host, its
+    allocations free; ``later_evals``); none is set in the shipped profile (``docs/generation.md``, "CUDA: the
+    device's and the host's times per command buffer, traced").
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -151,6 +155,20 @@ class BackendProfile:
     model_host_kernel_low_s: float = 0.0  # whole-model graphs, the range's low end: the slowest host measured; 0: model_host_kernel_s
     model_host_kernel_high_s: float = 0.0  # whole-model graphs, the range's high end: the fastest host measured; 0: model_host_kernel_s
     model_device_dispatch_s: float = 0.0  # whole-model graphs: the device's seconds per kernel beyond its bytes (measured); 0: device_dispatch_s
+    model_op_time: str = "sum"  # whole-model graphs: an op's device time beside its kernels' dispatch: "sum" (the bytes it reads and writes plus its arithmetic) or "roofline" (the larger of the two; every kernel's bytes read and written counted; the fallback attention's matmuls timed by their arithmetic); docs/generation.md, "CUDA: the device's and the host's times per command buffer, traced"
+    quantized_matmul_4bit_call_s: float = 0.0  # whole-model graphs, "roofline": a 4-bit (and 2-, 3-bit) quantized matmul's time per call beside its arithmetic (the qmm grid, kernels/rates-qmm-grid.json); 0 with its rate: quantized_matmul_flops_per_s
+    quantized_matmul_4bit_flops_per_s: float = 0.0  # whole-model graphs, "roofline": a 4-bit quantized matmul's rate (the qmm grid); 0: quantized_matmul_flops_per_s
+    quantized_matmul_5bit_call_s: float = 0.0  # as quantized_matmul_4bit_call_s, 5 bits
+    quantized_matmul_5bit_flops_per_s: float = 0.0  # as quantized_matmul_4bit_flops_per_s, 5 bits
+    quantized_matmul_6bit_call_s: float = 0.0  # as quantized_matmul_4bit_call_s, 6 bits
+    quantized_matmul_6bit_flops_per_s: float = 0.0  # as quantized_matmul_4bit_flops_per_s, 6 bits
+    quantized_matmul_8bit_call_s: float = 0.0  # as quantized_matmul_4bit_call_s, 8 bits
+    quantized_matmul_8bit_flops_per_s: float = 0.0  # as quantized_matmul_4bit_flops_per_s, 8 bits
+    model_later_host: bool = False  # whole-model graphs: a process's evals after its first run on the host below (model_later_host_*), whose allocations cost nothing (CUDA: traced warm chunks encode in 18-31 ms whatever the model, their cuMemAllocAsync calls 1.5-16 ms of it); else as the first
+    model_later_host_node_s: float = 0.0  # model_later_host: the host's seconds per graph node
+    model_later_host_kernel_s: float = 0.0  # model_later_host: the host's seconds per kernel launch
+    model_later_host_low_factor: float = 1.0  # model_later_host: the range's low end (earliest frees) plays that host with its times multiplied by this (> 1: slower)
+    model_later_host_high_factor: float = 1.0  # model_later_host: the range's high end (latest frees) plays it with its times multiplied by this (< 1: faster)
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
     model_range_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a generation's range (fitted on train); 0: range_low_share
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
@@ -197,7 +215,17 @@ class BackendProfile:
             "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
             "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
             "model_host_kernel_s": getattr(self, f"model_host_kernel_{end}_s") or self.model_host_kernel_s,
+            "model_later_host_node_s": self.model_later_host_node_s * getattr(self, f"model_later_host_{end}_factor"),
+            "model_later_host_kernel_s": self.model_later_host_kernel_s * getattr(self, f"model_later_host_{end}_factor"),
         })
+
+    def later_evals(self) -> BackendProfile:
+        """The profile a process's evals after its first play under: ``model_later_host``'s host, its allocations
+        free; ``self`` where that is off."""
+        if not self.model_later_host:
+            return self
+        return replace(self, host_node_s=self.model_later_host_node_s, host_kernel_s=self.model_later_host_kernel_s,
+                       model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
 
     def floor_variant(self) -> BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
@@ -310,7 +338,7 @@ def profile_from_file(path: str | Path, backend: str) -> BackendProfile:
     return overlay_profile(DEFAULTS[backend], body, str(path))
 
 
-CHOICES: dict[str, tuple[str, ...]] = {"model_graph_cache_scope": ("first", "generation")}
+CHOICES: dict[str, tuple[str, ...]] = {"model_graph_cache_scope": ("first", "generation"), "model_op_time": ("sum", "roofline")}
 """String fields that take one of a few values."""
 
 

@@ -26,7 +26,7 @@ STATE = {"bits": 4}
 ROOF = os.environ.get("C_ROOF", "1") == "1"
 
 
-def op(self, prim, inputs, out, donors=(), flops=0, strides=None, nbytes=None):
+def op(self, prim, inputs, out, donors=(), flops=0, strides=None, nbytes=None, bits=None):
     nbytes = out.nbytes if nbytes is None else nbytes
     moved = nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
     arith = 0.0

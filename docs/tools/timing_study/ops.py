@@ -30,8 +30,8 @@ def w(total, cls, nbytes, flops, out_elems):
 orig_op = T.Trace.op
 
 
-def op(self, prim, inputs, out, donors=(), flops=0, strides=None, nbytes=None):
-    n = orig_op(self, prim, inputs, out, donors, flops, strides, nbytes)
+def op(self, prim, inputs, out, donors=(), flops=0, strides=None, nbytes=None, bits=None):
+    n = orig_op(self, prim, inputs, out, donors, flops, strides, nbytes, bits)
     # orig_op bound out to n; rebuild the parts of its work
     arr = self.graph.arrays[self.node_of[id(out)]]
     nb = (out.nbytes if nbytes is None else nbytes) + sum(self.graph.arrays[i].nbytes for i in inputs)

@@ -1,5 +1,8 @@
-"""``generation_runs.py predict`` under candidate B (``cand.py``'s patches in this process, its fields as ``--set``):
-a held-out set's predictions, committed before its runs are measured. Arguments as ``generation_runs.py predict``'s.
+"""``generation_runs.py predict`` under candidate B: kvsim's profile fields for measured device and host times, as
+``--set`` (``docs/generation.md``, "CUDA: the device's and the host's times per command buffer, traced"). The
+twenty-second held-out set's ``heldout22-b.jsonl`` was made by this script's first version, which played B through
+``cand.py``'s patches before the fields existed; the fields give the same bytes (``tests/test_generation_measured_times.py``).
+Arguments as ``generation_runs.py predict``'s.
 
     python docs/tools/timing_study/predict_b.py --configs C --workloads N:step:K --backend mlx-cuda --out FILE
 """
@@ -8,13 +11,18 @@ import os
 import runpy
 import sys
 
-B = {"CAND": "1", "C_BW": "1.84e12", "C_MM": "846e12", "C_QS": "1.125", "C_ATT": "627e12", "C_DISP": "3.75e-6",
-     "C_NODE": "0", "C_KERNEL": "24e-6", "C_SLOW": "1.25", "C_FAST": "0.8"}
-for k, v in B.items():
-    os.environ[k] = v
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cand  # noqa: E402  (patches kvsim before generation_runs imports it)
+GRID = {4: (28.2e-6, 131.5e12), 5: (41.8e-6, 100.8e12), 6: (42.8e-6, 90.9e12), 8: (28.5e-6, 165.7e12)}
+"""kernels/rates-qmm-grid.json fitted per bits: a time per call and a rate."""
+IN_GRAPH = 1.125  # the grid's speed-up in a model's graph, fitted on eight traced models' warm chunks
+B = {
+    "model_op_time": "roofline", "model_device_bytes_per_s": 1.84e12, "matmul_flops_per_s": 846e12,
+    "model_device_dispatch_s": 3.75e-6, "host_malloc_bytes_per_s": 4e11, "model_graph_cache_scope": "generation",
+    "model_later_host": "true", "model_later_host_node_s": 0.0, "model_later_host_kernel_s": 24e-6,
+    "model_later_host_low_factor": 1.25, "model_later_host_high_factor": 0.8,
+    **{f"quantized_matmul_{b}bit_call_s": call_s / IN_GRAPH for b, (call_s, _) in GRID.items()},
+    **{f"quantized_matmul_{b}bit_flops_per_s": rate * IN_GRAPH for b, (_, rate) in GRID.items()},
+}
 
-fields = {**cand.GLOBAL, "host_malloc_bytes_per_s": 4e11}
-sys.argv = ["generation_runs.py", "predict", *sys.argv[1:], *(f"--set={k}={v}" for k, v in fields.items())]
-runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "generation_runs.py"), run_name="__main__")
+if __name__ == "__main__":
+    sys.argv = ["generation_runs.py", "predict", *sys.argv[1:], *(f"--set={k}={v}" for k, v in B.items())]
+    runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "generation_runs.py"), run_name="__main__")

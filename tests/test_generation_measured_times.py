@@ -1,0 +1,100 @@
+"""Measured device and host times for whole-model CUDA graphs, built into kvsim and off in the shipped profile
+(``docs/generation.md``, "CUDA: the device's and the host's times per command buffer, traced"): an op's device time as
+a roofline (``model_op_time``), quantized matmuls per bits, and a process's later evals on the traced host
+(``model_later_host``). Set as candidate B, they remake that candidate's held-out predictions value for value."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from cuda_runs import rows
+
+from kvsim.generation.config import load_model_config
+from kvsim.generation.model import build_model
+from kvsim.generation.predict import predict
+from kvsim.generation.schedule import Workload
+from kvsim.generation.trace import tracing
+from kvsim.sim.profile import BackendProfile, load_profile, overlay_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("predict_b", ROOT / "docs" / "tools" / "timing_study" / "predict_b.py")
+predict_b = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(predict_b)  # its main runs only as a script
+CANDIDATE_B = {k: (v == "true") if v in ("true", "false") else v for k, v in predict_b.B.items()}
+"""Candidate B's fields, as ``docs/tools/timing_study/predict_b.py`` sets them."""
+
+
+def candidate_b() -> BackendProfile:
+    return dataclasses.replace(load_profile("mlx-cuda"), **CANDIDATE_B)
+
+
+@pytest.mark.parametrize("name", ["kvsim/data/configs/public/llama-3.2-3b-4bit.json", "gemma-2-2b-it"])
+def test_the_fields_remake_candidate_bs_held_out_predictions(name: str) -> None:
+    """``heldout22-b.jsonl`` was predicted by ``docs/tools/timing_study/predict_b.py``'s patches before the runs; kvsim
+    with candidate B's fields predicts the same bytes (a quantized model's later chunks; a model whose attention MLX
+    runs unfused)."""
+    stored = next(r for r in rows("predictions/heldout22-b.jsonl") if r["name"] == name)
+    p = predict(build_model(load_model_config(name)), Workload(stored["prompt_tokens"], stored["max_tokens"],
+                prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate_b())
+    assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
+        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+
+
+def test_the_shipped_profile_keeps_its_fitted_times() -> None:
+    p = load_profile("mlx-cuda")
+    assert (p.model_op_time, p.model_later_host, p.quantized_matmul_4bit_flops_per_s) == ("sum", False, 0.0)
+    assert p.later_evals() is p
+
+
+@pytest.mark.parametrize(("roofline", "expect"), [(False, "sum"), (True, "max")])
+def test_an_ops_device_time_is_the_larger_of_its_bytes_and_its_arithmetic(roofline: bool, expect: str) -> None:
+    """A bf16 matmul of 64 x 128 by 128 x 256 writes 32 KiB (its inputs are untraced leaves, of no bytes); at 2 bytes
+    a flop its arithmetic is 8 MiB."""
+    a, b = mx.ones((64, 128), mx.bfloat16), mx.ones((128, 256), mx.bfloat16)
+    with tracing("cuda", bytes_per_flop=2.0, roofline=roofline) as t:
+        out = a @ b
+    moved, arithmetic = 64 * 256 * 2, 2 * 64 * 256 * 128 * 2
+    work = t.graph.arrays[t.node_of[id(out)]].work_bytes
+    assert work == (moved + arithmetic if expect == "sum" else max(moved, arithmetic))
+
+
+def test_a_quantized_matmul_is_timed_at_its_bits() -> None:
+    """Per bits: a call's time and the arithmetic at that bits' rate; 3 bits at the 4-bit one's."""
+    w = mx.ones((256, 512), mx.bfloat16)
+    x = mx.ones((32, 512), mx.bfloat16)
+    works = {}
+    for bits in (3, 4, 8):
+        q, scales, biases = mx.quantize(w, group_size=64, bits=bits)
+        with tracing("cuda", 1.0, kernel_bytes_per_flop=[("quantized_matmul/4", 1.0), ("quantized_matmul/8", 0.5)],
+                     kernel_call_bytes=[("quantized_matmul/4", 1000.0)], roofline=True) as t:
+            out = mx.quantized_matmul(x, q, scales, biases, transpose=True, group_size=64, bits=bits)
+        works[bits] = t.graph.arrays[t.node_of[id(out)]].work_bytes
+    flops = 2 * 32 * 256 * 512
+    assert works[4] == works[3] == flops + 1000 and works[8] == flops // 2
+
+
+def test_later_evals_play_the_traced_host_and_the_range_spreads_it() -> None:
+    p = candidate_b()
+    later = p.later_evals()
+    assert (later.host_node_s, later.host_kernel_s, later.host_malloc_bytes_per_s) == (0.0, 24e-6, 0.0)
+    assert p.variant("low").later_evals().host_kernel_s == pytest.approx(30e-6)
+    assert p.variant("high").later_evals().host_kernel_s == pytest.approx(19.2e-6)
+    assert p.host_malloc_bytes_per_s == 4e11  # a process's first eval keeps its own host
+
+
+def test_a_profile_names_its_op_time_or_says_which_it_takes() -> None:
+    with pytest.raises(ValueError, match="model_op_time.*'sum' or 'roofline', got 'rooflne'"):
+        overlay_profile(load_profile("mlx-cuda"), {"model_op_time": "rooflne"}, "p.json")
+
+
+def test_generation_runs_takes_a_true_or_false_field() -> None:
+    out = subprocess.run([sys.executable, "docs/tools/generation_runs.py", "predict", "--configs", "qwen3-0.6b",
+                          "--workloads", "1024:2048:4", "--backend", "mlx-cuda", "--out", "/dev/null",
+                          "--set", "model_later_host=yes"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "model_later_host: 'yes' is not true or false" in out.stderr
