@@ -48,7 +48,7 @@ def read_chunks(archive: Path, name: str) -> list[ChunkTimes]:
     calls, device, enter, corr = [], {}, {}, None  # calls: (api, entered, returned, correlation of a launch)
     for line in lines:  # cold_trace.c: times in ns of CLOCK_MONOTONIC, time.perf_counter()'s clock
         p = line.split()
-        if len(p) < {"A": 5, "G": 4, "C": 3}.get(p[0] if p else "", 1):  # a process killed mid-write leaves its last line short
+        if len(p) < {"A": 5, "G": 4, "C": 3}.get(p[0] if p else "", 1):  # a killed process's last line is short
             continue
         if p[0] == "G":
             device[int(p[1])] = (int(p[2]) / 1e9, int(p[3]) / 1e9)
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     known = names_in(args.archive)
     unknown = [n for n in args.names if n not in known]
     if unknown:
-        print(f"device_times: no trace {unknown[0]!r} in {args.archive.name} (it has {', '.join(known)})", file=sys.stderr)
+        print(f"device_times: no trace {unknown[0]!r} in {args.archive.name} (it has {', '.join(known)})",
+              file=sys.stderr)
         return 2
     for name in args.names or known:
         for c in read_chunks(args.archive, name):

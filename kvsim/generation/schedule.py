@@ -140,8 +140,8 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
     bytes_per_s = p.device_bytes_per_s
     kernels = tuple((prim, bytes_per_s / getattr(p, field)) for prim, field in KERNEL_RATES.items()
                     if getattr(p, field) > 0)
-    per_bits = [(bits, getattr(p, f"quantized_matmul_{bits}bit_call_s"), getattr(p, f"quantized_matmul_{bits}bit_flops_per_s"))
-                for bits in QUANTIZED_BITS]
+    per_bits = [(bits, getattr(p, f"quantized_matmul_{bits}bit_call_s"),
+                 getattr(p, f"quantized_matmul_{bits}bit_flops_per_s")) for bits in QUANTIZED_BITS]
     kernels += tuple((f"quantized_matmul/{bits}", bytes_per_s / rate) for bits, _, rate in per_bits if rate > 0)
     calls = tuple((f"quantized_matmul/{bits}", call_s * bytes_per_s) for bits, call_s, rate in per_bits
                   if rate > 0 and call_s > 0)

@@ -99,14 +99,14 @@ class Trace:
     known_leaves: set[int] = field(default_factory=set)  # id() of arrays that are leaves (parameters)
     shapes: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # node -> (shape, dtype) of its array
     kernel_bytes_per_flop: dict[str, float] = field(default_factory=dict)
+    """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
+    fused attention's arithmetic is timed only where it is listed."""
     kernel_call_bytes: dict[str, float] = field(default_factory=dict)
     """A kernel's time per call beside its arithmetic, as bytes (``TraceSettings.kernel_call_bytes``: a quantized
     matmul per bits, ``"quantized_matmul/4"``)."""
     roofline: bool = False
     """An op's device time is the larger of its bytes read and written and its arithmetic, not their sum
     (``BackendProfile.model_op_time``)."""
-    """Primitives whose arithmetic runs at a rate of its own (``TraceSettings.kernel_bytes_per_flop``); a
-    fused attention's arithmetic is timed only where it is listed."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     unfused_attention_bytes: int = 0
     """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
@@ -425,8 +425,8 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
     scaled = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), qn], q.nbytes, donors=(1,))
     scores_bytes = b * hq * lq * lk * isz
     flops = 2 * b * hq * lq * lk * d  # each of q @ k.T and p @ v: timed by it where an op's time is a roofline
-    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes,
-                  work_bytes=int(max(scores_bytes + q.nbytes + k.nbytes, flops * t.bytes_per_flop)) if t.roofline else None)
+    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes, work_bytes=int(max(
+        scores_bytes + q.nbytes + k.nbytes, flops * t.bytes_per_flop)) if t.roofline else None)
     if isinstance(mask, str) or isinstance(mask, mx.array):
         if isinstance(mask, str):
             rows = g.view("Broadcast", g.op("Arange", [], lq * 4))
@@ -706,8 +706,8 @@ def patch_array_ops(patch: Callable[[Any, str, Any], None], wrap: Callable[[str,
 
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
-            kernel_bytes_per_flop: Iterable[tuple[str, float]] = (), kernel_call_bytes: Iterable[tuple[str, float]] = (),
-            roofline: bool = False) -> Iterator[Trace]:
+            kernel_bytes_per_flop: Iterable[tuple[str, float]] = (),
+            kernel_call_bytes: Iterable[tuple[str, float]] = (), roofline: bool = False) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
     CPU backend's implementations where they allocate temporaries (convolutions)."""
     t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop),
