@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-import json
-import lzma
-import tarfile
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+_TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "device_times.py"
+_spec = importlib.util.spec_from_file_location("device_times", _TOOL)
+device_times = sys.modules["device_times"] = importlib.util.module_from_spec(_spec)  # its dataclass looks itself up
+_spec.loader.exec_module(device_times)
+"""``docs/tools/device_times.py``, whose reader of ``cold_trace.c``'s records this one shares."""
 
 
 @dataclass(frozen=True)
@@ -29,21 +34,7 @@ class Trace:
 
 
 def read_trace(archive: Path, name: str) -> Trace:
-    with tarfile.open(fileobj=lzma.open(archive)) as tar:
-        timing = [json.loads(x) for x in tar.extractfile(f"timing-{name}.jsonl").read().decode().splitlines()]
-        lines = tar.extractfile(f"trace-{name}.txt").read().decode().splitlines()
-    device, launches, instantiations, enter, corr = {}, [], [], {}, None
-    for line in lines:  # cold_trace.c's format: times in ns of CLOCK_MONOTONIC, time.perf_counter()'s clock
-        p = line.split()
-        if p[0] == "G":
-            device[int(p[1])] = (int(p[2]) / 1e9, int(p[3]) / 1e9)
-        elif p[0] == "C" and p[2] == "cuGraphLaunch":
-            corr = int(p[1])
-        elif p[0] == "A" and p[1] == "E":
-            enter[p[3]] = int(p[4]) / 1e9
-        elif p[0] == "A" and p[3] == "cuGraphLaunch":
-            launches.append((corr, enter[p[3]], int(p[4]) / 1e9))
-        elif p[0] == "A" and p[3] == "cuGraphInstantiateWithFlags":
-            instantiations.append((enter[p[3]], int(p[4]) / 1e9))
-    ran = tuple((a, b, *device[c]) for c, a, b in launches if c in device)  # the device's records follow the calls
-    return Trace(tuple(r for r in timing if "run" in r), ran, tuple(instantiations))
+    timing, calls, device = device_times.read_records(archive, name)
+    launches = tuple((a, b, *device[c]) for api, a, b, c in calls if api == "cuGraphLaunch" and c in device)
+    instantiations = tuple((a, b) for api, a, b, _ in calls if api == "cuGraphInstantiateWithFlags")
+    return Trace(tuple(r for r in timing if "run" in r), launches, instantiations)

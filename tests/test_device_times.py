@@ -4,17 +4,11 @@ read from the traces."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from cuda_runs import RUNS
-
-TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "device_times.py"
-_spec = importlib.util.spec_from_file_location("device_times", TOOL)
-device_times = sys.modules["device_times"] = importlib.util.module_from_spec(_spec)  # its dataclass looks itself up
-_spec.loader.exec_module(device_times)
+from cupti_trace import device_times
 
 FIRST = RUNS / "kernels" / "chunk-trace.tar.xz"  # five prompts (docs: "a generation's later chunks traced")
 MORE = RUNS / "kernels" / "device-time-trace.tar.xz"  # four more architectures (docs/tools/device/device_time_trace.sh)

@@ -40,8 +40,13 @@ class ChunkTimes:
     alloc_s: float  # their time on the host
 
 
-def read_chunks(archive: Path, name: str) -> list[ChunkTimes]:
-    """Every timed chunk of trace ``name`` in ``archive``."""
+Call = tuple[str, float, float, "int | None"]
+"""A driver call the trace recorded: (API, entered, returned, the correlation of a ``cuGraphLaunch``; else None), s."""
+
+
+def read_records(archive: Path, name: str) -> tuple[list[dict], list[Call], dict[int, tuple[float, float]]]:
+    """Trace ``name`` in ``archive``: ``chunk_timing.py``'s rows, the driver calls in order, and each launched graph's
+    device (start, end) by its launch's correlation (``tests/cupti_trace.py`` reads the same)."""
     with tarfile.open(fileobj=lzma.open(archive)) as tar:
         timing = [json.loads(x) for x in tar.extractfile(f"timing-{name}.jsonl").read().decode().splitlines()]
         lines = tar.extractfile(f"trace-{name}.txt").read().decode().splitlines()
@@ -58,6 +63,12 @@ def read_chunks(archive: Path, name: str) -> list[ChunkTimes]:
             enter[p[3]] = int(p[4]) / 1e9
         elif p[0] == "A" and p[1] == "X":
             calls.append((p[3], enter[p[3]], int(p[4]) / 1e9, corr if p[3] == "cuGraphLaunch" else None))
+    return timing, calls, device
+
+
+def read_chunks(archive: Path, name: str) -> list[ChunkTimes]:
+    """Every timed chunk of trace ``name`` in ``archive``."""
+    timing, calls, device = read_records(archive, name)
     return [c for t in timing if "run" in t and (c := _chunk(name, t, calls, device)) is not None]
 
 

@@ -218,9 +218,12 @@ class Player:
     """MLX's CUDA graph cache as this process meets it, where the profile plays one (``graph_cache_scope``)."""
     instantiated: list[int] = field(default_factory=list)
     """Per played eval, the command buffers it instantiated (new structures; 0 where no graph cache is played)."""
+    later: BackendProfile = field(init=False)
+    """The profile a process's evals after its first play under (``BackendProfile.later_evals``)."""
 
     def __post_init__(self) -> None:
         self.carry = CarriedCache(self.profile)
+        self.later = self.profile.later_evals()
         if graph_cache_scope(self.profile):
             self.graph_cache = GraphCache()
 
@@ -256,7 +259,7 @@ class Player:
         cache = self.graph_cache if not self.evals or graph_cache_scope(self.profile) == "generation" else None
         state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=cache)
         seen = len(cache.seen) if cache is not None else 0
-        run_eval(ev.graph, leaves, buffers, self.profile.later_evals() if self.evals else self.profile, state)
+        run_eval(ev.graph, leaves, buffers, self.later if self.evals else self.profile, state)
         self.instantiated.append(len(cache.seen) - seen if cache is not None else 0)
         if self.commits is not None:
             self.commits.append(state.commit_nodes)
