@@ -1,8 +1,8 @@
 """``generation_runs.py predict`` under candidate B: kvsim's profile fields for measured device and host times, as
 ``--set`` (``docs/generation.md``, "CUDA: the device's and the host's times per command buffer, traced"). The
 twenty-second held-out set's ``heldout22-b.jsonl`` was made by this script's first version, which played B through
-``cand.py``'s patches before the fields existed; the fields give the same bytes (``tests/test_generation_measured_times.py``).
-Arguments as ``generation_runs.py predict``'s.
+``cand.py``'s patches (in git history) before the fields existed; the fields give the same bytes
+(``tests/test_generation_measured_times.py``). Arguments as ``generation_runs.py predict``'s.
 
     python docs/tools/timing_study/predict_b.py --configs C --workloads N:step:K --backend mlx-cuda --out FILE
 """

@@ -1,5 +1,8 @@
-# ruff: noqa: E402, E741, B023  (analysis record: patches load before the kvsim modules they patch)
-"""Stored CUDA runs under a variant: SCOPE=first|generation, LATER_MALLOC=<rate for evals after the process's first> (unset: as profile)."""
+# ruff: noqa: E741  (analysis record)
+"""Every stored CUDA run of FILES played under a candidate's profile fields: FIELDS (a JSON object of
+``BackendProfile`` fields; default candidate B's, ``predict_b.B``). Writes the four plays and the predicted point
+and range per run to OUTP (jsonl). The first version played the candidates through ``cand.py``'s patches (in git
+history); the fields give the same bytes."""
 
 import dataclasses
 import hashlib
@@ -8,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cand
+from predict_b import B
 
 import kvsim.generation.schedule as S
 from kvsim.generation.config import ModelConfig
@@ -17,24 +20,12 @@ from kvsim.generation.model import build_model
 from kvsim.generation.predict import gpu_peak
 from kvsim.sim.profile import load_profile
 
-p = load_profile("mlx-cuda")
-p = dataclasses.replace(p, **{**cand.GLOBAL, **json.loads(os.environ.get("GLOBAL", "{}"))})
-LATER = {}
-orig_play = S.Player.play
-
-
-def play(self, rec):
-    if not LATER or not self.evals:
-        return orig_play(self, rec)
-    keep = self.profile
-    self.profile = dataclasses.replace(keep, **LATER)
-    try:
-        return orig_play(self, rec)
-    finally:
-        self.profile = keep
-
-
-S.Player.play = play
+FIELDS = (
+    json.loads(os.environ["FIELDS"])
+    if os.environ.get("FIELDS")
+    else {k: (v == "true") if v in ("true", "false") else v for k, v in B.items()}
+)
+p = dataclasses.replace(load_profile("mlx-cuda"), **FIELDS)
 out = open(os.environ["OUTP"], "a")
 seen = {}
 ONLY = os.environ.get("MULTI")
