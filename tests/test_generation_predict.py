@@ -38,6 +38,16 @@ def test_peak_weights_and_kv_against_a_real_generation(name: str, prompt: int, s
     assert pred.peak_bytes > pred.weights_bytes + pred.peak_kv_bytes
 
 
+def test_a_run_reads_each_phases_peak():
+    """The peak is read and reset as generate_step reports each phase done; the run's peak is the largest."""
+    run = measure("qwen3-0.6b", small("qwen3-0.6b"), 1000, 5, 512)
+    phases = [(phase, tokens) for phase, tokens, _ in run.phase_peaks]
+    assert phases == [("start", 0), ("prefill", 512), ("prefill", 999), ("first", 1000),
+                      *(("decode", n) for n in range(1, 6)), ("end", 0)]
+    assert run.peak_bytes == max(p for _, _, p in run.phase_peaks)
+    assert all(p > run.weights_bytes for phase, _, p in run.phase_peaks if phase == "prefill")
+
+
 def test_cli_json_has_the_contract_fields(capsys):
     assert main(["generate", "--model", "qwen3-0.6b", "--prompt-tokens", "3000", "--max-tokens", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -4,8 +4,8 @@ The procedure of the contract's section 5: the model built by mlx-lm from the co
 evaluated (random, drawn by mlx-lm's own initialisers, cast and quantized as ``convert`` does);
 ``mx.synchronize()``, ``mx.clear_cache()``, ``mx.reset_peak_memory()``; then ``generate_step`` (mlx-lm
 0.32.2's loop, as ``stream_generate`` drives it) over a prompt of N random token ids for K tokens; then
-``mx.get_peak_memory()``. ``scale_config`` shrinks a real config (few layers, small widths) so that
-generations of every architecture run on a CPU in seconds.
+``mx.get_peak_memory()``, read and reset at each phase's end (``PhasePeak``). ``scale_config`` shrinks a real
+config (few layers, small widths) so that generations of every architecture run on a CPU in seconds.
 """
 
 from __future__ import annotations
@@ -101,6 +101,18 @@ class Run:
     """The largest RSS during the generation (``VmHWM``, reset through ``/proc/self/clear_refs`` just before it)."""
     end_rss_bytes: int | None = None
     """RSS after the generation (``mx.synchronize()``)."""
+    phase_peaks: list[PhasePeak] | None = None
+    """``mx.get_peak_memory()`` at the end of each phase, reset after each read (``PhasePeak``); ``peak_bytes`` is
+    their largest. Rows stored before 2026-12-03 have none."""
+
+
+PhasePeak = tuple[str, int, int]
+"""``(phase, tokens, peak bytes)``: the peak since the previous phase's end, read when ``generate_step`` reports the
+phase done, without a synchronize (the counter is the allocator's, updated at each ``malloc``:
+``backend/cuda/allocator.cpp``, ``metal/allocator.cpp``). Phases: ``"start"`` (the prompt's setup), ``"prefill"``
+after each chunk's ``mx.eval`` (``tokens`` the prompt tokens processed, read in ``prompt_progress_callback`` before
+``mx.clear_cache()``), ``"first"`` once the first token is evaluated, ``"decode"`` as each token is yielded (its
+count; the next step is in flight) and ``"end"`` after the last ``mx.synchronize()``."""
 
 
 def rss_bytes() -> tuple[int, int]:
@@ -142,21 +154,33 @@ def measure(name: str, config: dict[str, Any], prompt_tokens: int, max_tokens: i
     weights_rss = rss_bytes()[0]
     if resident:
         reset_rss_peak()
+    phases: list[PhasePeak] = []
+
+    def phase_done(phase: str, tokens: int) -> None:
+        phases.append((phase, tokens, mx.get_peak_memory()))
+        mx.reset_peak_memory()
+
+    def prompt_done(done: int, total: int) -> None:
+        phase_done("start" if not phases else "first" if done == total else "prefill", done)
+
     start = time.perf_counter()
     for n, _ in enumerate(generate_step(prompt, model, max_tokens=max_tokens, prompt_cache=cache,
                                         prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-                                        quantized_kv_start=quantized_kv_start)):
+                                        quantized_kv_start=quantized_kv_start, prompt_progress_callback=prompt_done)):
+        phase_done("decode", n + 1)
         if n + 1 >= max_tokens:
             break
     mx.synchronize()
+    phase_done("end", 0)
     seconds = time.perf_counter() - start
     end_rss, max_rss = rss_bytes()
     rss = dict(baseline_rss_bytes=baseline_rss, weights_rss_bytes=weights_rss, max_rss_bytes=max_rss,
                end_rss_bytes=end_rss) if resident else {}
     return Run(name, config, prompt_tokens, max_tokens, prefill_step_size, kv_bits, max_kv_size, quantized_kv_start,
-               peak_bytes=mx.get_peak_memory(), weights_bytes=weights, params_bytes=built.weights_bytes, kv_bytes=sum(c.nbytes for c in cache),
-               final_active_bytes=mx.get_active_memory(), cache_bytes=mx.get_cache_memory(), seconds=seconds,
-               mlx_version=mx.__version__, mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()), **rss)
+               peak_bytes=max(p for _, _, p in phases), weights_bytes=weights, params_bytes=built.weights_bytes,
+               kv_bytes=sum(c.nbytes for c in cache), final_active_bytes=mx.get_active_memory(),
+               cache_bytes=mx.get_cache_memory(), seconds=seconds, mlx_version=mx.__version__,
+               mlx_lm_version=mlx_lm.__version__, device=str(mx.default_device()), phase_peaks=phases, **rss)
 
 
 def measure_fresh(*args: Any, **kwargs: Any) -> Run:
