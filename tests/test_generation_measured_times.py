@@ -20,6 +20,9 @@ from kvsim.generation.model import build_model
 from kvsim.generation.predict import predict
 from kvsim.generation.schedule import Workload
 from kvsim.generation.trace import tracing
+from kvsim.sim.allocator import Allocator
+from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
+from kvsim.sim.graph import StepGraph
 from kvsim.sim.profile import BackendProfile, load_profile, overlay_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +89,29 @@ def test_later_evals_play_the_traced_host_and_the_range_spreads_it() -> None:
     assert p.variant("low").later_evals().host_kernel_s == pytest.approx(30e-6)
     assert p.variant("high").later_evals().host_kernel_s == pytest.approx(19.2e-6)
     assert p.host_malloc_bytes_per_s == 4e11  # a process's first eval keeps its own host
+
+
+def host_seconds(profile: BackendProfile, attention_calls: int) -> float:
+    """The simulated seconds of one eval of ``attention_calls`` fused attentions and as many adds, on a device that
+    takes no time (so the host's encoding is the eval's time)."""
+    profile = dataclasses.replace(profile.floor_variant(), max_active_tasks=10**6, model_max_active_tasks=0)
+    g, leaves, buffers = StepGraph(), {}, Buffers(Allocator(profile))
+    for prim in ["ScaledDotProductAttention", "Add"] * attention_calls:
+        a = g.leaf(1024, buffers.new(1024, 0.0, refs=1))
+        leaves[a] = g.arrays[a].buffer_id
+        g.outputs.append(g.op(prim, [a], 1024))
+    return run_eval(g, leaves, buffers, profile, EvalState())[1]
+
+
+def test_a_fused_attention_costs_the_later_host_its_cudnn_graph() -> None:
+    """``model_later_host_sdpa_s``: each fused attention call costs a later eval's host that much more than another
+    op (MLX adds cuDNN's graph to its own as a child: ``DnnGraph::encode_graph``); a first eval's host is its own."""
+    p = dataclasses.replace(candidate_b(), model_later_host_node_s=9e-6, model_later_host_kernel_s=1e-6,
+                            model_later_host_sdpa_s=300e-6)
+    later = p.later_evals()
+    assert (later.host_node_s, later.host_kernel_s, later.host_sdpa_s) == (9e-6, 1e-6, 300e-6)
+    assert p.host_sdpa_s == 0.0 and p.variant("high").later_evals().host_sdpa_s == pytest.approx(240e-6)
+    assert host_seconds(later, 3) - host_seconds(later, 1) == pytest.approx(2 * (300e-6 + 2 * 10e-6))
 
 
 def test_a_profile_names_its_op_time_or_says_which_it_takes() -> None:

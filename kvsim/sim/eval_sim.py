@@ -189,6 +189,7 @@ def run_eval(
         return t
 
     node_s, kernel_s, dispatch_s = profile.host_node_s, profile.host_kernel_s, profile.device_dispatch_s
+    sdpa_s = profile.host_sdpa_s
     bytes_per_s, max_tasks, per_task = profile.device_bytes_per_s, profile.max_active_tasks, profile.dispatches_per_task
     is_gpu, nodes_per_kernel = profile.is_gpu, profile.graph_nodes_per_kernel
     count_elements, waiting = profile.model_mlx_elements, profile.model_waiting_gemms
@@ -203,6 +204,8 @@ def run_eval(
         if k == stall_op:  # a busy host: the host thread waits while the worker catches up
             host_t = max(host_t, device_free_t)
         host_t += node_s + kernels * kernel_s
+        if sdpa_s and arr.prim == "ScaledDotProductAttention":  # cuDNN's graph, added as a child (cudnn_utils.cpp)
+            host_t += sdpa_s
         if fence_done and any(x in fence_done for x in ins):  # it reads another stream's result: a fence
             host_t = max(commit(host_t, task=False), *(fence_done[x] for x in ins if x in fence_done))
         if frees and frees[0][0] <= host_t:

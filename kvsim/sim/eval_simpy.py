@@ -118,7 +118,8 @@ class _EvalRun:
             if k == p.host_stall_op and (self.device_busy or self.jobs.items):  # analysis: the host waits
                 self.idle = env.event()  # for the worker to catch up (BackendProfile.host_stall_op)
                 yield self.idle
-            yield env.timeout(node_s + arr.kernels * kernel_s)  # frees due by now have landed (URGENT)
+            sdpa_s = p.host_sdpa_s if arr.prim == "ScaledDotProductAttention" else 0.0  # as eval_sim.run_eval
+            yield env.timeout(node_s + arr.kernels * kernel_s + sdpa_s)  # frees due by now have landed (URGENT)
             _, fresh = self.place(a)
             if fresh and malloc_rate and alloc.fresh_bytes:  # a system allocation costs host time
                 yield env.timeout(alloc.fresh_bytes / malloc_rate)

@@ -167,6 +167,7 @@ class BackendProfile:
     model_later_host: bool = False  # whole-model graphs: a process's evals after its first run on the host below (model_later_host_*), whose allocations cost nothing (CUDA: traced warm chunks encode in 18-31 ms whatever the model, their cuMemAllocAsync calls 1.5-16 ms of it); else as the first
     model_later_host_node_s: float = 0.0  # model_later_host: the host's seconds per graph node
     model_later_host_kernel_s: float = 0.0  # model_later_host: the host's seconds per kernel launch
+    model_later_host_sdpa_s: float = 0.0  # model_later_host: the host's seconds more per fused attention call (CUDA: cuDNN's cached graph updated and added to MLX's as a child graph, DnnGraph::encode_graph in backend/cuda/cudnn_utils.cpp; fitted on traced warm chunks' launch gaps)
     model_later_host_low_factor: float = 1.0  # model_later_host: the range's low end (earliest frees) plays that host with its times multiplied by this (> 1: slower)
     model_later_host_high_factor: float = 1.0  # model_later_host: the range's high end (latest frees) plays it with its times multiplied by this (< 1: faster)
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
@@ -181,6 +182,7 @@ class BackendProfile:
     matmul_workspace: str = ""
     host_node_s: float = 2.0e-6
     host_kernel_s: float = 1.0e-6
+    host_sdpa_s: float = 0.0  # the host's seconds more per fused attention call (ScaledDotProductAttention); set by later_evals
     host_malloc_bytes_per_s: float = 0.0
     host_malloc_bytes_per_s_low: float = 0.0
     host_malloc_bytes_per_s_high: float = 0.0
@@ -217,6 +219,7 @@ class BackendProfile:
             "model_host_kernel_s": getattr(self, f"model_host_kernel_{end}_s") or self.model_host_kernel_s,
             "model_later_host_node_s": self.model_later_host_node_s * getattr(self, f"model_later_host_{end}_factor"),
             "model_later_host_kernel_s": self.model_later_host_kernel_s * getattr(self, f"model_later_host_{end}_factor"),
+            "model_later_host_sdpa_s": self.model_later_host_sdpa_s * getattr(self, f"model_later_host_{end}_factor"),
         })
 
     def later_evals(self) -> BackendProfile:
@@ -225,7 +228,7 @@ class BackendProfile:
         if not self.model_later_host:
             return self
         return replace(self, host_node_s=self.model_later_host_node_s, host_kernel_s=self.model_later_host_kernel_s,
-                       model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
+                       host_sdpa_s=self.model_later_host_sdpa_s, model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
 
     def floor_variant(self) -> BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
