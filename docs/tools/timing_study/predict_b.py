@@ -23,6 +23,13 @@ B = {
     **{f"quantized_matmul_{b}bit_flops_per_s": rate * IN_GRAPH for b, (_, rate) in GRID.items()},
 }
 
-if __name__ == "__main__":
-    sys.argv = ["generation_runs.py", "predict", *sys.argv[1:], *(f"--set={k}={v}" for k, v in B.items())]
+
+
+def predict_with(fields: dict, argv: list) -> None:
+    """``generation_runs.py predict`` with ``argv`` under the profile fields ``fields``."""
+    sys.argv = ["generation_runs.py", "predict", *argv, *(f"--set={k}={v}" for k, v in fields.items())]
     runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "generation_runs.py"), run_name="__main__")
+
+
+if __name__ == "__main__":
+    predict_with(B, sys.argv[1:])
