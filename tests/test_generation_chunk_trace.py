@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from cuda_runs import RUNS, predicted, rows
+from cuda_runs import RUNS, predicted, profile_before_d, rows
 from cupti_trace import read_trace
 
 from kvsim.generation.config import load_model_config
@@ -148,7 +148,8 @@ def test_a_profile_names_its_graph_cache_scope_or_says_which_it_takes() -> None:
 
 def _read_as_predicted(n: int, outs: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """Held-out set ``n``: its runs beside both committed predictions (``outs``: the runs out of range under each);
-    today's predictions are the shipped file's, value for value. Returns each rule's errors by config file."""
+    the model of its time (the profile before candidate D) predicts the shipped file's, value for value. Returns each
+    rule's errors by config file."""
     runs, errors = rows(f"heldout{n}.jsonl"), {}
     for rule, want in outs.items():
         stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout{n}{rule}.jsonl")}
@@ -158,7 +159,7 @@ def _read_as_predicted(n: int, outs: dict[str, list[str]]) -> dict[str, dict[str
         assert out == want, (n, rule, out)
         errors[rule] = {r["name"].split("/")[-1]: p["peak_bytes"] / r["peak_bytes"] - 1 for r, p in pairs}
     shipped = {s["name"]: s for s in rows(f"predictions/heldout{n}.jsonl")}
-    for row, p in predicted(runs):
+    for row, p in predicted(runs, profile_before_d()):
         assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == tuple(
             shipped[row["name"]][k] for k in ("peak_bytes", "peak_low_bytes", "peak_high_bytes")), row["name"]
     return errors

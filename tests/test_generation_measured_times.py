@@ -1,7 +1,8 @@
-"""Measured device and host times for whole-model CUDA graphs, built into kvsim and off in the shipped profile
-(``docs/generation.md``, "CUDA: the device's and the host's times per command buffer, traced"): an op's device time as
-a roofline (``model_op_time``), quantized matmuls per bits, and a process's later evals on the traced host
-(``model_later_host``). Set as candidate B, they remake that candidate's held-out predictions value for value."""
+"""Measured device and host times for whole-model CUDA graphs (``docs/generation.md``, "CUDA: the device's and the
+host's times per command buffer, traced"; "CUDA: each phase's peak, and a host fitted per op class, switched on"): an
+op's device time as a roofline (``model_op_time``), quantized matmuls per bits, and a process's later evals on a traced
+host (``model_later_host``). Set as candidate B, they remake its held-out predictions value for value; candidate D (a
+host per op class) is the shipped profile and remakes its own."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from cuda_runs import rows
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import build_model
 from kvsim.generation.predict import predict
-from kvsim.generation.schedule import Workload
+from kvsim.generation.schedule import Workload, generation_profile
 from kvsim.generation.trace import tracing
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
@@ -49,10 +50,32 @@ def test_the_fields_remake_candidate_bs_held_out_predictions(name: str) -> None:
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
 
 
-def test_the_shipped_profile_keeps_its_fitted_times() -> None:
+_spec_d = importlib.util.spec_from_file_location("predict_d", ROOT / "docs" / "tools" / "timing_study" / "predict_d.py")
+predict_d = importlib.util.module_from_spec(_spec_d)
+_spec_d.loader.exec_module(predict_d)
+CANDIDATE_D = {k: (v == "true") if v in ("true", "false") else v for k, v in predict_d.D.items()}
+"""Candidate D's fields, as ``docs/tools/timing_study/predict_d.py`` sets them (shipped since 2026-12-03)."""
+
+
+def test_the_shipped_profile_is_candidate_d() -> None:
+    """D's fields, its first eval's allocation rate a whole-model field: a KV-cache scenario keeps the KV fit's."""
     p = load_profile("mlx-cuda")
-    assert (p.model_op_time, p.model_later_host, p.quantized_matmul_4bit_flops_per_s) == ("sum", False, 0.0)
-    assert p.later_evals() is p
+    for field, value in CANDIDATE_D.items():
+        assert getattr(p, "model_host_malloc_bytes_per_s" if field == "host_malloc_bytes_per_s" else field) == value
+    assert p.host_malloc_bytes_per_s == 1e11
+    assert generation_profile(p).host_malloc_bytes_per_s == 4e11
+    assert generation_profile(p.variant("low")).host_malloc_bytes_per_s == p.host_malloc_bytes_per_s_low
+
+
+@pytest.mark.parametrize("name", ["gemma-3-1b-it", "kvsim/data/configs/public/qwen3-4b-5bit.json"])
+def test_the_shipped_profile_remakes_candidate_ds_held_out_predictions(name: str) -> None:
+    """``heldout23-d.jsonl`` was predicted by ``predict_d.py`` before the runs; the shipped profile predicts the same
+    bytes (a small dense model's six chunks; a quantized one's three)."""
+    stored = next(r for r in rows("predictions/heldout23-d.jsonl") if r["name"] == name)
+    p = predict(build_model(load_model_config(name)), Workload(stored["prompt_tokens"], stored["max_tokens"],
+                prefill_step_size=stored["prefill_step_size"]), "mlx-cuda")
+    assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
+        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
 
 
 @pytest.mark.parametrize(("roofline", "expect"), [(False, "sum"), (True, "max")])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cuda_runs import predicted, rows
+from cuda_runs import predicted, profile_before_d, rows
 
 from kvsim.generation.config import ModelConfig
 from kvsim.generation.measure import row_workload
@@ -65,11 +65,12 @@ def test_the_seventeenth_set_lies_inside_and_its_quantized_first_evals_on_their_
     (``heldout17-graph-cache.jsonl``: 7 of 7, every run above its point, signed median -10.6%). Since first-eval
     instantiations leave the newest graph running (``model_instantiate_overlap_buffers``, chosen after these runs were
     read) each point lies at or above that one, the unfenced quantized ones within 0.5% of their runs. Each run lies
-    inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048)."""
+    inside its range, as does the sixteenth set's unfenced control (Qwen3-8B 4-bit at 2,048). (Played under the model of
+    its time: the profile before candidate D.)"""
     stored = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout17-graph-cache.jsonl")}
     control = [r for r in rows("heldout16.jsonl") if "qwen3-8b-4bit" in r["name"]]
     assert len(stored) == 7 and len(control) == 1
-    pairs = predicted([*rows("heldout17.jsonl"), *control])
+    pairs = predicted([*rows("heldout17.jsonl"), *control], profile_before_d())
     for row, p in pairs:
         assert p.peak_low_bytes <= row["peak_bytes"] <= p.peak_high_bytes, row["name"]
         before = stored.get((row["name"], row["prompt_tokens"]))
@@ -85,10 +86,11 @@ def test_the_eighteenth_set_reads_six_of_eight_inside() -> None:
     counting whole M (``BackendProfile.needs_commit``: Phi-3-mini 8-bit's nine command buffers became MLX's eight) and
     first-eval instantiations that leave the newest graph running. Qwen3-4B 4-bit at 3,072 now reads on its run and
     comes inside. Out: Phi-3-mini 8-bit, at kvsim's cold play with the latest frees, 1.5% past the range's top, and
-    Mistral-7B 6-bit's second chunk, which mlx-lm's loop runs low ("CUDA: an eighteenth held-out set")."""
+    Mistral-7B 6-bit's second chunk, which mlx-lm's loop runs low ("CUDA: an eighteenth held-out set"). (Played under
+    the model before candidate D.)"""
     stored = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout18.jsonl")}
     inside = set()
-    for row, p in predicted(rows("heldout18.jsonl")):
+    for row, p in predicted(rows("heldout18.jsonl"), profile_before_d()):
         before = stored[(row["name"], row["prompt_tokens"])]
         assert p.peak_bytes >= before["peak_bytes"], row["name"]
         assert p.weights_bytes == row["params_bytes"] and p.kv_bytes == row["kv_bytes"], row["name"]
@@ -103,8 +105,8 @@ def test_the_eighteenth_set_reads_six_of_eight_inside() -> None:
 def test_the_nineteenth_set_reads_as_it_was_predicted() -> None:
     """The nineteenth held-out set: ten one-chunk prompts not measured before, predicted before they were measured
     under first-eval instantiations that leave the newest graph running (``predictions/heldout19.jsonl``) and under the
-    rule before, which waits for every graph (``heldout19-overlap0.jsonl``). Today's predictions are the first, value
-    for value; all ten runs lie inside their ranges, against eight under the rule before (Gemma-3-1B 4-bit -25.1%,
+    rule before, which waits for every graph (``heldout19-overlap0.jsonl``). The model before candidate D predicts the
+    first, value for value; all ten runs lie inside their ranges, against eight under the rule before (Gemma-3-1B 4-bit -25.1%,
     Qwen3-4B 5-bit -20.7%). Its quantized runs read within 1%, but Gemma-3-1B 4-bit (-5.3%) and Qwen3-4B 5-bit at
     3,072 (-16.0%); three dense ones read 5.8-9.5% over, where the rule before was exact: a first eval's peak meets its
     predecessor's work only where a real instantiation returns early, once in three."""
@@ -112,7 +114,7 @@ def test_the_nineteenth_set_reads_as_it_was_predicted() -> None:
     before = {(p["name"], p["prompt_tokens"]): p for p in rows("predictions/heldout19-overlap0.jsonl")}
     runs = rows("heldout19.jsonl")
     assert len(runs) == len(stored) == len(before) == 10
-    pairs = predicted(runs)
+    pairs = predicted(runs, profile_before_d())
     for row, p in pairs:
         key = (row["name"], row["prompt_tokens"])
         assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (

@@ -443,13 +443,13 @@ def generation_profile(profile: BackendProfile) -> BackendProfile:
     command-buffer count (``model_max_pending_buffers``), the device's bandwidth and cost per kernel for a model's
     activations (``model_device_bytes_per_s``,
     ``model_device_dispatch_s``), the host's cost per node and launch (``model_host_node_s``,
-    ``model_host_kernel_s``) and its range's share below the point (``model_range_low_share``), where it sets them:
+    ``model_host_kernel_s``), its allocations' rate (``model_host_malloc_bytes_per_s``) and its range's share below the point (``model_range_low_share``), where it sets them:
     ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
     p = profile
     fields = {"max_active_tasks": p.model_max_active_tasks, "max_pending_buffers": p.model_max_pending_buffers,
               "device_bytes_per_s": p.model_device_bytes_per_s, "device_dispatch_s": p.model_device_dispatch_s,
               "host_node_s": p.model_host_node_s, "host_kernel_s": p.model_host_kernel_s,
-              "range_low_share": p.model_range_low_share}
+              "host_malloc_bytes_per_s": p.model_host_malloc_bytes_per_s, "range_low_share": p.model_range_low_share}
     return replace(p, **{k: v for k, v in fields.items() if v > 0})
 
 

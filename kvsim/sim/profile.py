@@ -164,6 +164,7 @@ class BackendProfile:
     quantized_matmul_6bit_flops_per_s: float = 0.0  # as quantized_matmul_4bit_flops_per_s, 6 bits
     quantized_matmul_8bit_call_s: float = 0.0  # as quantized_matmul_4bit_call_s, 8 bits
     quantized_matmul_8bit_flops_per_s: float = 0.0  # as quantized_matmul_4bit_flops_per_s, 8 bits
+    model_host_malloc_bytes_per_s: float = 0.0  # whole-model graphs: host_malloc_bytes_per_s (a KV-cache scenario keeps its own, fitted on the KV runs); a range end's variant plays host_malloc_bytes_per_s_<end>; 0: host_malloc_bytes_per_s
     model_later_host: bool = False  # whole-model graphs: a process's evals after its first run on the host below (model_later_host_*), whose allocations cost nothing (CUDA: traced warm chunks encode in 18-31 ms whatever the model, their cuMemAllocAsync calls 1.5-16 ms of it); else as the first
     model_later_host_node_s: float = 0.0  # model_later_host: the host's seconds per graph node
     model_later_host_kernel_s: float = 0.0  # model_later_host: the host's seconds per kernel launch
@@ -216,6 +217,7 @@ class BackendProfile:
             "graph_nodes_per_kernel": getattr(self, f"graph_nodes_per_kernel_{end}"),
             "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
             "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
+            "model_host_malloc_bytes_per_s": 0.0,
             "model_host_kernel_s": getattr(self, f"model_host_kernel_{end}_s") or self.model_host_kernel_s,
             "model_later_host_node_s": self.model_later_host_node_s * getattr(self, f"model_later_host_{end}_factor"),
             "model_later_host_kernel_s": self.model_later_host_kernel_s * getattr(self, f"model_later_host_{end}_factor"),
@@ -228,7 +230,7 @@ class BackendProfile:
         if not self.model_later_host:
             return self
         return replace(self, host_node_s=self.model_later_host_node_s, host_kernel_s=self.model_later_host_kernel_s,
-                       host_sdpa_s=self.model_later_host_sdpa_s, model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
+                       host_sdpa_s=self.model_later_host_sdpa_s, model_host_malloc_bytes_per_s=0.0, model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
 
     def floor_variant(self) -> BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
