@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cuda_runs import RUNS, profile_before_d, rows
+from cupti_trace import device_times
 
 from kvsim.sim.profile import load_profile
 
@@ -45,6 +46,20 @@ def test_small_dense_models_peak_in_a_warm_third_chunk() -> None:
     """SmolLM2-1.7B at 8K peaks in its third chunk (keys 4,096 to 6,144), which D plays to the 10 MB."""
     chunks = _chunks("smollm2-1.7b.json", 8192, load_profile("mlx-cuda"))
     assert max(chunks) == chunks[2] == (4.05, 4.05)
+
+
+def test_gemma_3_4bs_third_chunk_peaks_shallow_where_d_plays_it_deep() -> None:
+    """D's one dense miss left (Gemma-3-4B at 8K): the third chunk peaks highest but at 3.12-3.16 GB above the weights
+    (``repeat12.jsonl``), where D plays it warm at 5.36; a cold trace of it instantiates 11 of its 17 graphs."""
+    runs = [r for r in rows("repeat12.jsonl") if r["name"].endswith("gemma-3-4b-it.json")]
+    assert len(runs) == 2
+    for row in runs:
+        chunks = [(round(real, 2), round(ours["fit"], 2)) for phase, _, real, ours in
+                  phase_peaks.phase_rows(row, load_profile("mlx-cuda")) if phase == "prefill"]
+        assert max(chunks) == chunks[2] and 3.1 < chunks[2][0] < 3.2 and chunks[2][1] == 5.36
+    cold = next(c for c in device_times.read_chunks(RUNS / "kernels" / "device-time-trace.tar.xz", "gemma4b")
+                if c.run == 0 and c.offset == 4096)
+    assert (cold.instantiations, cold.launches) == (11, 17)
 
 
 def test_tracing_lowers_smollm2s_chunk_peaks() -> None:
