@@ -441,10 +441,10 @@ def played_chunks(count: int, every_structure: bool = False) -> set[int]:
 def generation_profile(profile: BackendProfile) -> BackendProfile:
     """``profile`` as it plays whole-model graphs: its in-flight task count (``model_max_active_tasks``) and
     command-buffer count (``model_max_pending_buffers``), the device's bandwidth and cost per kernel for a model's
-    activations (``model_device_bytes_per_s``,
-    ``model_device_dispatch_s``), the host's cost per node and launch (``model_host_node_s``,
-    ``model_host_kernel_s``), its allocations' rate (``model_host_malloc_bytes_per_s``) and its range's share below the point (``model_range_low_share``), where it sets them:
-    ``kvsim/data/profiles/<backend>.json`` (``docs/generation.md``)."""
+    activations (``model_device_bytes_per_s``, ``model_device_dispatch_s``), the host's cost per node and launch
+    (``model_host_node_s``, ``model_host_kernel_s``), its allocations' rate (``model_host_malloc_bytes_per_s``) and its
+    range's share below the point (``model_range_low_share``), where it sets them: ``kvsim/data/profiles/<backend>.json``
+    (``docs/generation.md``)."""
     p = profile
     fields = {"max_active_tasks": p.model_max_active_tasks, "max_pending_buffers": p.model_max_pending_buffers,
               "device_bytes_per_s": p.model_device_bytes_per_s, "device_dispatch_s": p.model_device_dispatch_s,
