@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-_TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "device_times.py"
-_spec = importlib.util.spec_from_file_location("device_times", _TOOL)
-device_times = sys.modules["device_times"] = importlib.util.module_from_spec(_spec)  # its dataclass looks itself up
-_spec.loader.exec_module(device_times)
+from doc_tools import load_tool
+
+device_times = load_tool(Path("device_times.py"))
 """``docs/tools/device_times.py``, whose reader of ``cold_trace.c``'s records this one shares."""
 
 

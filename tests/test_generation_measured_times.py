@@ -7,7 +7,6 @@ host per op class) is the shipped profile and remakes its own."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 from cuda_runs import rows
+from doc_tools import load_tool
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import build_model
@@ -27,9 +27,7 @@ from kvsim.sim.graph import StepGraph
 from kvsim.sim.profile import BackendProfile, load_profile, overlay_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("predict_b", ROOT / "docs" / "tools" / "timing_study" / "predict_b.py")
-predict_b = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(predict_b)  # its main runs only as a script
+predict_b = load_tool(Path("timing_study/predict_b.py"))
 CANDIDATE_B = {k: (v == "true") if v in ("true", "false") else v for k, v in predict_b.B.items()}
 """Candidate B's fields, as ``docs/tools/timing_study/predict_b.py`` sets them."""
 
@@ -50,9 +48,7 @@ def test_the_fields_remake_candidate_bs_held_out_predictions(name: str) -> None:
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
 
 
-_spec_d = importlib.util.spec_from_file_location("predict_d", ROOT / "docs" / "tools" / "timing_study" / "predict_d.py")
-predict_d = importlib.util.module_from_spec(_spec_d)
-_spec_d.loader.exec_module(predict_d)
+predict_d = load_tool(Path("timing_study/predict_d.py"))
 CANDIDATE_D = {k: (v == "true") if v in ("true", "false") else v for k, v in predict_d.D.items()}
 """Candidate D's fields, as ``docs/tools/timing_study/predict_d.py`` sets them (shipped since 2026-12-03)."""
 

@@ -4,7 +4,6 @@ read from ``repeat11.jsonl`` and kvsim's plays, and what the untraced chunks and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,13 +12,12 @@ from pathlib import Path
 import pytest
 from cuda_runs import RUNS, profile_before_d, rows
 from cupti_trace import device_times
+from doc_tools import load_tool
 
 from kvsim.sim.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("phase_peaks", ROOT / "docs" / "tools" / "phase_peaks.py")
-phase_peaks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(phase_peaks)
+phase_peaks = load_tool(Path("phase_peaks.py"))
 
 
 def _chunks(name: str, prompt_tokens: int, profile) -> list[tuple[float, float | None]]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from doc_tools import load_tool
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 REPORTS_PATH = ROOT_DIR / "data" / "public" / "mlx-lm-peak-reports.json"
@@ -26,10 +26,7 @@ CHEAP_ROW_ID = "r07"
 
 def load_script():
     """The prediction script as a module (it lives beside the data, not in the package)."""
-    spec = importlib.util.spec_from_file_location("predict_public", SCRIPT_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(SCRIPT_PATH)
 
 
 @pytest.fixture(scope="module")
