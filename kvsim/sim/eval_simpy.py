@@ -111,15 +111,15 @@ class _EvalRun:
     # ---- the host -------------------------------------------------------------------------------
     def host(self) -> Generator[Event, Any, None]:
         env, p, arrays = self.env, self.profile, self.g.arrays
-        node_s, kernel_s, malloc_rate = p.host_node_s, p.host_kernel_s, p.host_malloc_bytes_per_s
+        node_s, kernel_s, sdpa_s, malloc_rate = p.host_node_s, p.host_kernel_s, p.host_sdpa_s, p.host_malloc_bytes_per_s
         throttle, alloc = self.throttle, self.buffers.alloc
         for k, a in enumerate(self.order):
             arr = arrays[a]
             if k == p.host_stall_op and (self.device_busy or self.jobs.items):  # analysis: the host waits
                 self.idle = env.event()  # for the worker to catch up (BackendProfile.host_stall_op)
                 yield self.idle
-            sdpa_s = p.host_sdpa_s if arr.prim == "ScaledDotProductAttention" else 0.0  # as eval_sim.run_eval
-            yield env.timeout(node_s + arr.kernels * kernel_s + sdpa_s)  # frees due by now have landed (URGENT)
+            attention_s = sdpa_s if arr.prim == "ScaledDotProductAttention" else 0.0  # as eval_sim.run_eval
+            yield env.timeout(node_s + arr.kernels * kernel_s + attention_s)  # frees due by now have landed (URGENT)
             _, fresh = self.place(a)
             if fresh and malloc_rate and alloc.fresh_bytes:  # a system allocation costs host time
                 yield env.timeout(alloc.fresh_bytes / malloc_rate)

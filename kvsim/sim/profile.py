@@ -85,8 +85,10 @@ class BackendProfile:
     measured candidate was rejected on train, ``docs/generation.md``, "CUDA: run-to-run spread").
     ``model_op_time``, the per-bits ``quantized_matmul_<bits>bit_*`` fields and ``model_later_host`` play the device
     and host times traced per command buffer (a roofline op time; a process's later evals on the traced host, its
-    allocations free; ``later_evals``); none is set in the shipped profile (``docs/generation.md``, "CUDA: the
-    device's and the host's times per command buffer, traced").
+    allocations free; ``later_evals``); the shipped CUDA profile sets them as candidate D, its later host timed per
+    view, kernel and fused attention (``model_later_host_sdpa_s``) and its first eval's allocations at their own rate
+    (``model_host_malloc_bytes_per_s``) (``docs/generation.md``, "CUDA: the device's and the host's times per command
+    buffer, traced"; "CUDA: each phase's peak, and a host fitted per op class, switched on").
 
     ``process_baseline_bytes`` is the resident memory of a Python process once ``mlx.core`` and ``mlx_lm`` are
     imported and MLX has run one op, nothing allocated (measured per backend; 0: not measured): ``kvsim generate``
@@ -213,15 +215,16 @@ class BackendProfile:
 
     def variant(self, end: str) -> BackendProfile:
         """The profile with the ``low`` or ``high`` free timing of its peak range in place."""
+        later = getattr(self, f"model_later_host_{end}_factor")
         return replace(self, **{
             "graph_nodes_per_kernel": getattr(self, f"graph_nodes_per_kernel_{end}"),
             "completion_lag_s": getattr(self, f"completion_lag_{end}_s"),
             "host_malloc_bytes_per_s": getattr(self, f"host_malloc_bytes_per_s_{end}"),
             "model_host_malloc_bytes_per_s": 0.0,
             "model_host_kernel_s": getattr(self, f"model_host_kernel_{end}_s") or self.model_host_kernel_s,
-            "model_later_host_node_s": self.model_later_host_node_s * getattr(self, f"model_later_host_{end}_factor"),
-            "model_later_host_kernel_s": self.model_later_host_kernel_s * getattr(self, f"model_later_host_{end}_factor"),
-            "model_later_host_sdpa_s": self.model_later_host_sdpa_s * getattr(self, f"model_later_host_{end}_factor"),
+            "model_later_host_node_s": self.model_later_host_node_s * later,
+            "model_later_host_kernel_s": self.model_later_host_kernel_s * later,
+            "model_later_host_sdpa_s": self.model_later_host_sdpa_s * later,
         })
 
     def later_evals(self) -> BackendProfile:
@@ -230,7 +233,8 @@ class BackendProfile:
         if not self.model_later_host:
             return self
         return replace(self, host_node_s=self.model_later_host_node_s, host_kernel_s=self.model_later_host_kernel_s,
-                       host_sdpa_s=self.model_later_host_sdpa_s, model_host_malloc_bytes_per_s=0.0, model_host_node_s=0.0, model_host_kernel_s=0.0, host_malloc_bytes_per_s=0.0)
+                       host_sdpa_s=self.model_later_host_sdpa_s, model_host_node_s=0.0, model_host_kernel_s=0.0,
+                       host_malloc_bytes_per_s=0.0, model_host_malloc_bytes_per_s=0.0)
 
     def floor_variant(self) -> BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
