@@ -158,6 +158,49 @@ def reshape_strides(shape: tuple[int, ...], strides: Strides, out_shape: tuple[i
     return tuple(out)
 
 
+def collapse_batches(shape: tuple[int, ...], strides: list[Strides],
+                     cap: int = 2**31 - 1) -> tuple[tuple[int, ...], list[Strides]]:
+    """MLX's ``collapse_contiguous_dims`` (``backend/common/utils.cpp``) of a matmul's batch dimensions: adjacent
+    dimensions every operand steps through contiguously merge, size-1 ones drop; ``(1,)`` and zero strides where
+    nothing is left (``collapse_batches``, ``backend/common/matmul.h``)."""
+    groups: list[list[int]] = [[0] if shape and shape[0] != 1 else []]
+    size = shape[0] if shape else 1
+    for i in range(1, len(shape)):
+        size *= shape[i]
+        if any(st[i] * shape[i] != st[i - 1] for st in strides) or size > cap:
+            size = shape[i]
+            groups.append([])
+        if shape[i] != 1:
+            groups[-1].append(i)
+    kept = [g for g in groups if g]
+    if not kept:
+        return (1,), [(0,) for _ in strides]
+    return tuple(math.prod(shape[d] for d in g) for g in kept), [tuple(st[g[-1]] for g in kept) for st in strides]
+
+
+def gemm_pointer_batched(a_shape: tuple[int, ...], a_strides: Strides, b_shape: tuple[int, ...],
+                         b_strides: Strides) -> bool:
+    """Whether MLX's CUDA ``Matmul`` runs cuBLAS over a device array of per-batch pointers, which a kernel of its own
+    writes first (``CublasGemm::run_batched``, ``backend/cuda/gemms/cublas_gemm_batched_12_9.cu``: two graph nodes,
+    not one). The operands are broadcast to one batch shape, an operand ``check_transpose`` copies already row-major.
+    It does where the batch does not collapse to one strided dimension (``collapse_batches``), is not folded into
+    the rows (a broadcast ``b`` under a row-major ``a``) and is not a matrix-vector product (``gemm_and_bias``,
+    ``backend/cuda/matmul.cpp``): grouped-query attention's fallback products, whose keys repeat over each group."""
+    if len(a_shape) <= 2:
+        return False
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    a_transposed = not (a_strides[-1] == 1 and a_strides[-2] == k)
+    b_transposed = not (b_strides[-1] == 1 and b_strides[-2] == n)
+    batch, (a_batch, b_batch) = collapse_batches(a_shape[:-2], [a_strides[:-2], b_strides[:-2]])
+    count = math.prod(a_shape[:-2])
+    if count > 1 and not a_transposed and len(batch) == 1 and a_strides[-2] == k and a_batch[-1] == m * k \
+            and b_batch[-1] == 0:
+        return False  # the batches become rows of one GEMM
+    if (m == 1 and b_transposed) or (n == 1 and not a_transposed):
+        return False  # gemv
+    return count // batch[-1] > 1
+
+
 def elementwise_strides(out_shape: tuple[int, ...], operands: list[tuple[tuple[int, ...], Strides]]) -> Strides:
     """The output strides of a unary, binary or ternary op, from its operands broadcast to ``out_shape``: one
     dense operand beside scalars keeps its strides (``ScalarVector``, a unary op on a dense input), operands all
@@ -186,4 +229,5 @@ def matmul_operand_copied(shape: tuple[int, ...], strides: Strides) -> bool:
     return not ((sx == cols and sy == 1) or (sx == 1 and sy == rows))
 
 
-__all__ = ["broadcast_strides", "dense", "elementwise_strides", "matmul_operand_copied", "reshape_strides", "row_major", "view_strides"]
+__all__ = ["broadcast_strides", "collapse_batches", "dense", "elementwise_strides", "gemm_pointer_batched",
+           "matmul_operand_copied", "reshape_strides", "row_major", "view_strides"]

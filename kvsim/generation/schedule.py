@@ -117,11 +117,13 @@ class TraceSettings:
     """Kernels with a time per call beside their arithmetic (a quantized matmul per bits), as bytes."""
     roofline: bool = False
     """An op's device time is the larger of its bytes and its arithmetic (``BackendProfile.model_op_time``)."""
+    mlx_nodes: bool = False
+    """CUDA graph nodes and copies as MLX's encoder makes them (``BackendProfile.model_mlx_nodes``)."""
 
     def tracing(self) -> AbstractContextManager[Trace]:
         """``kvsim.generation.trace.tracing`` under these settings."""
         return tracing(self.sdpa_kernels, self.bytes_per_flop, self.cpu, self.kernel_bytes_per_flop,
-                       self.kernel_call_bytes, self.roofline)
+                       self.kernel_call_bytes, self.roofline, self.mlx_nodes)
 
 
 QUANTIZED_BITS = (4, 5, 6, 8)
@@ -147,7 +149,7 @@ def trace_settings(profile: BackendProfile) -> TraceSettings:
                   if rate > 0 and call_s > 0)
     return TraceSettings(p.sdpa_kernels, bytes_per_s / p.matmul_flops_per_s, not p.is_gpu, kernels,
                          p.model_stream_fences, graph_cache_scope(p) == "generation", calls,
-                         p.model_op_time == "roofline")
+                         p.model_op_time == "roofline", p.model_mlx_nodes and p.is_gpu)
 
 
 @dataclass(frozen=True, slots=True)

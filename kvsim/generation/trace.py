@@ -31,6 +31,7 @@ from kvsim.generation.layout import (
     broadcast_strides,
     dense,
     elementwise_strides,
+    gemm_pointer_batched,
     matmul_operand_copied,
     reshape_strides,
     row_contiguous,
@@ -107,6 +108,10 @@ class Trace:
     roofline: bool = False
     """An op's device time is the larger of its bytes read and written and its arithmetic, not their sum
     (``BackendProfile.model_op_time``)."""
+    mlx_nodes: bool = False
+    """CUDA graph nodes and copies as MLX's encoder makes them (``BackendProfile.model_mlx_nodes``): a pointer-batched
+    matmul's second kernel (``gemm_pointer_batched``), no copy of an empty concatenation input, and a primitive's own
+    copy of an input ``inline``, run right before it (``Array.inline``)."""
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     unfused_attention_bytes: int = 0
     """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
@@ -158,10 +163,14 @@ class Trace:
         self.graph.arrays[n].fenced = True
         return self.bind(a, n)
 
-    def internal(self, prim: str, inputs: list[int], shape: tuple[int, ...], dtype: mx.Dtype, kernels: int = 1) -> int:
+    def internal(self, prim: str, inputs: list[int], shape: tuple[int, ...], dtype: mx.Dtype, kernels: int = 1,
+                 inline: bool = False) -> int:
         """A node MLX makes that Python never sees (an operand's cast, a copy): its bytes, and its shape, so a CUDA
-        command buffer counts its elements (``elements``), not its bytes / 2 (twice a float32 array's)."""
+        command buffer counts its elements (``elements``), not its bytes / 2 (twice a float32 array's).
+        ``inline``: the work of its reader's eval, not a graph node of its own (``Array.inline``, where
+        ``mlx_nodes``)."""
         n = self.graph.op(prim, inputs, math.prod(shape) * dtype.size, kernels=kernels)
+        self.graph.arrays[n].inline = inline and self.mlx_nodes
         self.shapes[n] = (tuple(shape), dtype)
         return n
 
@@ -187,9 +196,11 @@ class Trace:
         return self.layout.get(n) or row_major(shape)
 
     def op(self, prim: str, inputs: list[int], out: mx.array, donors: tuple[int, ...] = (), flops: int = 0,
-           strides: Strides | None = None, nbytes: int | None = None, bits: int | None = None) -> int:
+           strides: Strides | None = None, nbytes: int | None = None, bits: int | None = None,
+           kernels: int | None = None) -> int:
         """A node computing ``out`` from ``inputs``; ``nbytes``: a buffer MLX sizes otherwise than ``out``;
-        ``bits``: a quantized matmul's, where its rate is per bits (2- and 3-bit at the 4-bit one's)."""
+        ``bits``: a quantized matmul's, where its rate is per bits (2- and 3-bit at the 4-bit one's);
+        ``kernels``: its dispatches where ``Trace.kernels`` does not tell them."""
         nbytes = out.nbytes if nbytes is None else nbytes
         moved = nbytes + sum(self.graph.arrays[i].nbytes for i in inputs)
         key = prim if bits is None else f"{prim}/{max(bits, 4)}"
@@ -197,7 +208,8 @@ class Trace:
         if flops and math.isfinite(per_flop):
             arithmetic = int(flops * per_flop + self.kernel_call_bytes.get(key, 0.0))
             moved = max(moved, arithmetic) if self.roofline else moved + arithmetic
-        n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, len(inputs)), work_bytes=moved,
+        n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, inputs) if kernels is None else kernels,
+                          work_bytes=moved,
                           donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
 
@@ -206,13 +218,18 @@ class Trace:
         """Ops follow MLX's CUDA backend (its fused attention names the backend)."""
         return self.sdpa_kernels == "cuda"
 
-    def kernels(self, prim: str, inputs: int) -> int:
+    def kernels(self, prim: str, inputs: list[int]) -> int:
         """Dispatches (CPU) or CUDA graph nodes one call of ``prim`` adds: one, but ``CPU_KERNELS`` and a
         concatenation's copy of each input, which CUDA runs concurrently and joins with an empty node
-        (``concatenate_gpu``, ``backend/cuda/slicing.cpp``; ``ConcurrentContext``, ``backend/cuda/device.cpp``)."""
+        (``concatenate_gpu``, ``backend/cuda/slicing.cpp``; ``ConcurrentContext``, ``backend/cuda/device.cpp``);
+        an empty input's copy launches nothing (``copy_gpu_inplace`` returns: mlx-lm's ``RotatingKVCache`` joins
+        an empty ``keep`` slice to every prefill chunk)."""
         if self.cpu:
-            return inputs if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)
-        return inputs + 1 if prim in CONCATENATES and self.cuda else 1
+            return len(inputs) if prim in CONCATENATES else CPU_KERNELS.get(prim, 1)
+        if prim in CONCATENATES and self.cuda:
+            empty = sum(1 for i in inputs if i in self.shapes and not math.prod(self.shapes[i][0]))
+            return 1 + len(inputs) - (empty if self.mlx_nodes else 0)
+        return 1
 
     def view(self, src: int, out: mx.array, strides: Strides) -> int:
         return self.bind(out, self.graph.view("Transpose", src), strides)
@@ -336,7 +353,7 @@ def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.arra
     else:
         kept = dense(x.shape, st) and st[-1:] in ((1,), ()) and (x.ndim < 2 or st[-2] in (0, x.shape[-1]))
     if not kept:
-        ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype), *ins[1:]]
+        ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype, inline=True), *ins[1:]]
         st = row_major(x.shape)
     extent = span(x.shape, st) if base == "rope" and t.cuda else None  # Metal's: out.nbytes()
     t.op(base, ins, out, donors=(0,), strides=st, nbytes=None if extent is None else extent * x.dtype.size)
@@ -397,14 +414,42 @@ def _matmul(t: Trace, args: tuple, ins: list[int], out: mx.array) -> None:
     held = []
     for k in (0, 1):
         if matmul_operand_copied(shapes[k], layouts[k]):
-            held.append(nodes[k])
+            if not t.mlx_nodes:  # inline, the copy's command buffer holds the operand until it completes
+                held.append(nodes[k])
             # one dispatch on the CPU: the copy is the matmul's own (matmul_general), under the matmul's holder
-            nodes[k] = t.internal("Copy", [nodes[k]], tuple(shapes[k]), out.dtype, kernels=0 if t.cpu else 1)
+            nodes[k] = t.internal("Copy", [nodes[k]], tuple(shapes[k]), out.dtype, kernels=0 if t.cpu else 1,
+                                  inline=True)
+            layouts[k] = row_major(tuple(shapes[k]))
     flops = 2 * out.size * a.shape[-1]
-    n = t.op("Matmul", nodes + held, out, flops=flops)
+    n = t.op("Matmul", nodes + held, out, flops=flops, kernels=_gemm_kernels(t, shapes, layouts))
     _float32_gemm(t, n, out, batched=not flat and max(a.ndim, b.ndim) > 2)
     if flat:  # unflatten: a view of the GEMM's rows
         t.bind(out, g.view("Broadcast", n), row_major(out.shape))
+
+
+def _gemm_kernels(t: Trace, shapes: list[tuple[int, ...]], layouts: list[Strides]) -> int:
+    """A matmul's dispatches: two on CUDA where cuBLAS runs over per-batch pointers a kernel writes first
+    (``gemm_pointer_batched``), else one."""
+    return 1 + (t.cuda and t.mlx_nodes and
+                gemm_pointer_batched(tuple(shapes[0]), layouts[0], tuple(shapes[1]), layouts[1]))
+
+
+def _fallback_gemm_kernels(t: Trace, q: mx.array, k: mx.array, v: mx.array, kn: int, vn: int) -> tuple[int, int]:
+    """The dispatches of the fallback attention's two products as ``mlx/fast.cpp`` builds them: grouped queries
+    unflattened to ``(batch, kv heads, repeats, rows, dim)`` against keys and values broadcast over the repeats."""
+    b, hq, lq, d = q.shape
+    hk, lk, dv = k.shape[1], k.shape[2], v.shape[3]
+    rep = hq // hk
+    ks, vs = t.strides(kn, k.shape), t.strides(vn, v.shape)
+    if rep > 1:
+        ks, vs = (ks[0], ks[1], 0, ks[2], ks[3]), (vs[0], vs[1], 0, vs[2], vs[3])
+        q_shape, batch = (b, hk, rep, lq, d), (b, hk, rep)
+    else:
+        q_shape, batch = (b, hq, lq, d), (b, hq)
+    key_t = (*batch, d, lk), (*ks[:-2], ks[-1], ks[-2])
+    scores = _gemm_kernels(t, [q_shape, key_t[0]], [row_major(q_shape), key_t[1]])
+    probs = (*batch, lq, lk)
+    return scores, _gemm_kernels(t, [probs, (*batch, lk, dv)], [row_major(probs), vs])
 
 
 def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) -> None:
@@ -422,11 +467,13 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         return
     g = t.graph
     qn, kn, vn = ins[:3]
+    scores_kernels, out_kernels = _fallback_gemm_kernels(t, q, k, v, kn, vn)
     scaled = g.op("Multiply", [g.view("Broadcast", g.scalar(isz)), qn], q.nbytes, donors=(1,))
     scores_bytes = b * hq * lq * lk * isz
     flops = 2 * b * hq * lq * lk * d  # each of q @ k.T and p @ v: timed by it where an op's time is a roofline
-    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes, work_bytes=int(max(
-        scores_bytes + q.nbytes + k.nbytes, flops * t.bytes_per_flop)) if t.roofline else None)
+    scores = g.op("Matmul", [scaled, g.view("Transpose", kn)], scores_bytes, kernels=scores_kernels,
+                  work_bytes=int(max(scores_bytes + q.nbytes + k.nbytes, flops * t.bytes_per_flop))
+                  if t.roofline else None)
     if isinstance(mask, str) or isinstance(mask, mx.array):
         if isinstance(mask, str):
             rows = g.view("Broadcast", g.op("Arange", [], lq * 4))
@@ -437,7 +484,7 @@ def _sdpa(t: Trace, args: tuple, kwargs: dict, ins: list[int], out: mx.array) ->
         prim = "Select" if isinstance(mask, str) or mask.dtype == mx.bool_ else "Add"
         scores = g.op(prim, [mask_node, scores, g.view("Broadcast", g.scalar(isz))], scores_bytes, donors=(1,))
     probs = g.op("Softmax", [scores], scores_bytes, donors=(0,))
-    t.bind(out, g.op("Matmul", [probs, vn], out.nbytes, work_bytes=int(max(
+    t.bind(out, g.op("Matmul", [probs, vn], out.nbytes, kernels=out_kernels, work_bytes=int(max(
         out.nbytes + scores_bytes + v.nbytes, flops * t.bytes_per_flop)) if t.roofline else None))
 
 
@@ -707,11 +754,12 @@ def patch_array_ops(patch: Callable[[Any, str, Any], None], wrap: Callable[[str,
 @contextlib.contextmanager
 def tracing(sdpa_kernels: str = "fallback", bytes_per_flop: float = 0.0, cpu: bool = False,
             kernel_bytes_per_flop: Iterable[tuple[str, float]] = (),
-            kernel_call_bytes: Iterable[tuple[str, float]] = (), roofline: bool = False) -> Iterator[Trace]:
+            kernel_call_bytes: Iterable[tuple[str, float]] = (), roofline: bool = False,
+            mlx_nodes: bool = False) -> Iterator[Trace]:
     """Record every array op made inside the block; ``mx.compile`` is off meanwhile. ``cpu``: ops follow the
-    CPU backend's implementations where they allocate temporaries (convolutions)."""
+    CPU backend's implementations where they allocate temporaries (convolutions); ``mlx_nodes``: ``Trace.mlx_nodes``."""
     t = Trace(sdpa_kernels, bytes_per_flop, cpu=cpu, kernel_bytes_per_flop=dict(kernel_bytes_per_flop),
-              kernel_call_bytes=dict(kernel_call_bytes), roofline=roofline)
+              kernel_call_bytes=dict(kernel_call_bytes), roofline=roofline, mlx_nodes=mlx_nodes)
     with patching() as patch:
         patch_array_ops(patch, lambda name, fn: _wrap(t, name, fn))
         if cpu:  # the CPU has no Quantize primitive for affine dequantization: MLX builds the fallback graph
@@ -813,7 +861,7 @@ def subgraph(t: Trace, outputs: list[mx.array], held: list[mx.array]) -> EvalGra
             else a.work_bytes  # a roofline's bytes: every kernel's reads and writes
         local.arrays.append(Array(a.nbytes, a.prim, [index[i] for i in a.inputs], a.kernels, work,
                                   a.donors, n in held_nodes, eager=a.eager, elements=elements(t, n),
-                                  waits=a.waits, fenced=a.fenced))
+                                  waits=a.waits, fenced=a.fenced, inline=a.inline))
     for n in reach:
         if arrays[n].siblings and n in index:
             local.arrays[index[n]].siblings = [index[s] for s in arrays[n].siblings if s in index]

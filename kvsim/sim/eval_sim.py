@@ -264,7 +264,7 @@ def run_eval(
                     open_elements += sum(arrays[x].nbytes for x in ins) // 2
             open_work_s += work_s
             open_waits |= arr.waits
-            if profile.needs_commit(open_ops, open_elements):
+            if not arr.inline and profile.needs_commit(open_ops, open_elements):  # MLX checks after each primitive
                 host_t = commit(host_t)
         else:
             # kernels, then the holder whose completion frees the inputs

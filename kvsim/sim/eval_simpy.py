@@ -184,7 +184,7 @@ class _EvalRun:
             if arr.kernels:  # MLX counts input elements, not bytes (2-byte elements assumed)
                 self.open_elements += sum(arrays[x].nbytes for x in arr.inputs) // 2
             self.open_work_s += work_s
-            if p.needs_commit(self.open_ops, self.open_elements):
+            if not arr.inline and p.needs_commit(self.open_ops, self.open_elements):
                 self.commit()
             return
         boundaries, self.state.dispatch_phase = divmod(self.state.dispatch_phase + arr.kernels + 1, p.dispatches_per_task)

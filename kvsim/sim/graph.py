@@ -37,6 +37,9 @@ class Array:
         fenced: Computed on another stream than the eval's (a model's lazy state, built on the default
             stream): its kernels run in a command buffer of their own, committed when it is done, and every
             op that reads it in the same eval waits on its fence (``eval_impl``'s ``needs_fence``).
+        inline: Not a node of MLX's graph but work its one reader's eval does first (a copy of an input the
+            primitive cannot read as strided): the tape runs it right before that reader
+            (``tape.execution_order``).
     """
 
     nbytes: int
@@ -55,6 +58,7 @@ class Array:
     elements: int = -1
     waits: bool = False
     fenced: bool = False
+    inline: bool = False
 
     @property
     def is_view(self) -> bool:

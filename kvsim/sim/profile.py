@@ -178,6 +178,7 @@ class BackendProfile:
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
     model_waiting_gemms: bool = False  # whole-model graphs on a GPU: the host waits for a command buffer holding a float32 GEMM (measured)
+    model_mlx_nodes: bool = False  # whole-model graphs on CUDA: a command buffer's nodes and tape as MLX's encoder makes them: a matmul over per-batch pointers adds the kernel that writes them (CublasGemm::run_batched), an empty input of a concatenation copies nothing, and a primitive's copy of an input it cannot read runs inside its eval, right before it (Array.inline); else one node per op, a copy per input, and copies placed as graph nodes
     model_stream_fences: bool = False  # whole-model graphs on a GPU: a model's lazy state (RoPE frequencies) is computed on the stream it was built on, its readers wait on a fence
     host_stall_op: int = -1  # analysis: the op (tape index) of every eval before which the host thread stalls until the worker is idle; -1: never
     bfs_max_width: int = 20

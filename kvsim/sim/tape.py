@@ -20,8 +20,43 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
     reached array is expanded once, as MLX's DFS does, and each input edge adds one to the
     degree of the input and of its siblings. Siblings (outputs of one primitive) share their
     inputs, and MLX's DFS expands a sibling group once: the first member it reaches.
+    An ``inline`` array is no node of MLX's graph: the walk reads through it to its inputs, and the tape runs it
+    right before the array that reads it.
     """
-    inputs_of = [arr.inputs for arr in arrays]
+    inline = [a for a, arr in enumerate(arrays) if arr.inline]
+    if inline:
+        return _with_inline(arrays, outputs, max_width, set(inline))
+    return _tape(arrays, [arr.inputs for arr in arrays], outputs, max_width)
+
+
+def _with_inline(arrays: Sequence[Array], outputs: Sequence[int], max_width: int, inline: set[int]) -> list[int]:
+    """The tape of the graph with ``inline`` arrays read through, each then placed right before its reader."""
+    def through(ins: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        for x in ins:
+            for y in (through(arrays[x].inputs) if x in inline else (x,)):
+                if y not in out:
+                    out.append(y)
+        return out
+
+    inputs_of = [through(arr.inputs) if any(x in inline for x in arr.inputs) else arr.inputs for arr in arrays]
+    tape: list[int] = []
+
+    def emit_inline(a: int) -> None:
+        for x in arrays[a].inputs:
+            if x in inline:
+                emit_inline(x)
+                tape.append(x)
+
+    for a in _tape(arrays, inputs_of, outputs, max_width):
+        emit_inline(a)
+        tape.append(a)
+    return tape
+
+
+def _tape(arrays: Sequence[Array], inputs_of: Sequence[Sequence[int]], outputs: Sequence[int],
+          max_width: int) -> list[int]:
+    """``execution_order`` over ``inputs_of``, each array's inputs as MLX's graph has them."""
     reached = bytearray(len(arrays))
     for o in outputs:
         reached[o] = 1

@@ -1,0 +1,143 @@
+"""CUDA graph nodes as MLX's encoder makes them (``BackendProfile.model_mlx_nodes``; ``docs/generation.md``, "CUDA:
+a command buffer's nodes as MLX's encoder makes them"): a matmul over per-batch pointers is two nodes, an empty
+concatenation input copies nothing, and a primitive's copy of an input runs inside its eval. With them kvsim cuts
+Gemma-3-4B's 8K prompt into MLX's command buffers node for node, and its graph cache instantiates the buffers MLX's
+did, chunk by chunk."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import re
+from dataclasses import replace
+from functools import cache
+
+import mlx.core as mx
+import pytest
+from cuda_runs import RUNS
+from cupti_trace import read_trace
+
+from kvsim.generation.config import load_model_config
+from kvsim.generation.layout import collapse_batches, gemm_pointer_batched, row_major
+from kvsim.generation.model import build_model
+from kvsim.generation.schedule import Workload, record, replay
+from kvsim.generation.trace import tracing
+from kvsim.sim import graph_cache
+from kvsim.sim.graph import Array
+from kvsim.sim.profile import load_profile
+from kvsim.sim.tape import execution_order
+
+GEMMA_4B = "docs/tools/device/heldout9/gemma-3-4b-it.json"
+CUBLAS = re.compile(r"nvjet|cutlass|MEMSET")
+"""Nodes of the child graphs cuBLAS's captured calls add (``CommandEncoder::add_graph_node``): its kernels and memsets.
+MLX counts each child graph as one node."""
+
+
+def test_grouped_query_products_run_over_pointers() -> None:
+    """The fallback attention's products with 4 key heads of 2 queries each: keys broadcast over the repeats leave two
+    batch dimensions, so cuBLAS runs over a pointer per batch. One key head folds the repeats into the rows; one query
+    per key head (no broadcast) collapses to one strided batch."""
+    q, d, s = (1, 4, 2, 16, 8), 8, 32
+    keys_t = ((1, 4, 2, d, s), (4 * s * d, s * d, 0, 1, d))  # a cache slice (4, s, d) transposed, repeated
+    assert gemm_pointer_batched(q, row_major(q), *keys_t)
+    one_head = ((1, 1, 2, d, s), (s * d, s * d, 0, 1, d))
+    assert not gemm_pointer_batched((1, 1, 2, 16, 8), row_major((1, 1, 2, 16, 8)), *one_head)
+    mha = ((1, 4, d, s), (4 * s * d, s * d, 1, d))
+    assert not gemm_pointer_batched((1, 4, 16, 8), row_major((1, 4, 16, 8)), *mha)
+    assert not gemm_pointer_batched((16, 8), row_major((16, 8)), (8, 32), row_major((8, 32)))
+    assert collapse_batches((1, 4, 2), [(64, 16, 8), (32, 8, 0)]) == ((4, 2), [(16, 8), (8, 0)])
+    assert collapse_batches((1, 1), [(1, 1)]) == ((1,), [(0,)])
+
+
+def test_an_inline_copy_runs_right_before_its_reader() -> None:
+    """MLX's tape walks its graph, where a norm's copy of a strided input is no node: kvsim's tape reads through it
+    and runs it right before the norm, not where its place in the graph would put it."""
+    arrays = [Array(8), Array(8, "Exp", [0], 1), Array(8, "Copy", [0], 1, inline=True), Array(8, "Log", [1], 1),
+              Array(8, "RMSNorm", [2], 1), Array(8, "Add", [3, 4], 1)]
+    order = execution_order(arrays, [5])
+    assert order.index(2) + 1 == order.index(4)
+    plain = [replace_inline(a) for a in arrays]
+    assert execution_order(plain, [5]) != order
+
+
+def replace_inline(a: Array) -> Array:
+    return Array(a.nbytes, a.prim, a.inputs, a.kernels)
+
+
+@pytest.mark.parametrize(("mlx_nodes", "kernels"), [(True, 3), (False, 4)])
+def test_an_empty_concatenation_input_copies_nothing(mlx_nodes: bool, kernels: int) -> None:
+    """mlx-lm's ``RotatingKVCache`` joins an empty ``keep`` slice, the kept rows and the new ones at every prefill
+    chunk: MLX copies the two that hold rows and joins them with an empty node (``concatenate_gpu``)."""
+    v = mx.zeros((1, 2, 8, 4))
+    with tracing("cuda", mlx_nodes=mlx_nodes) as t:
+        joined = mx.concatenate([v[..., :0, :], v[..., 3:, :], v * 2], axis=2)
+    assert t.graph.arrays[t.node(joined)].kernels == kernels
+
+
+@cache
+def _mlx_commits() -> list[list[int]]:
+    """MLX's nodes per command buffer in each of Gemma-3-4B's prompt chunks at 8K (``graph-commits-gemma4b``: its
+    CUDA graphs dumped; each child graph counts once)."""
+    text = lzma.decompress((RUNS / "kernels" / "graph-commits-gemma4b.jsonl.xz").read_bytes()).decode()
+    row = json.loads(text.splitlines()[0])
+    return [[sum(1 for k in commit if not CUBLAS.search(k.split("\n")[1])) for commit in e["kernels_per_commit"]]
+            for e in row["evals"][:4]]
+
+
+def _played(mlx_nodes: bool) -> tuple[list[list[int]], list[str]]:
+    """kvsim's nodes per command buffer in the 8K prompt's four chunks, and whether each buffer's structure was new
+    to the process ("I": instantiated) or known ("U": updated in place)."""
+    profile = replace(load_profile("mlx-cuda"), model_graph_cache_scope="generation", model_mlx_nodes=mlx_nodes)
+    seen: list[str] = []
+    commit = graph_cache.GraphCache.commit
+
+    def logged(self: graph_cache.GraphCache) -> bool:
+        new = commit(self)
+        seen.append("I" if new else "U")
+        return new
+
+    commits: list[list[int]] = []
+    graph_cache.GraphCache.commit = logged  # type: ignore[method-assign]
+    try:
+        replay(record(build_model(load_model_config(GEMMA_4B)), Workload(8192, 2), profile), profile, commits)
+    finally:
+        graph_cache.GraphCache.commit = commit  # type: ignore[method-assign]
+    flags, at = [], 0
+    for c in commits[:4]:
+        flags.append("".join(seen[at:at + len(c)]))
+        at += len(c)
+    return commits[:4], flags
+
+
+def test_gemma_3_4b_buffers_hold_mlxs_nodes() -> None:
+    """Every command buffer of the four prompt chunks holds MLX's node count (67 buffers); counted one node per op and
+    a copy per concatenation input, chunk 3 drifts off MLX's cuts from its tenth buffer on."""
+    assert _played(True)[0] == _mlx_commits()
+    before = _played(False)[0]
+    assert before[2][:3] == _mlx_commits()[2][:3] and before[2] != _mlx_commits()[2]
+
+
+def _mlx_instantiated() -> list[str]:
+    """Per prompt chunk of the cold pass in ``device-time-trace.tar.xz`` (CUPTI), each graph launch: "I" where MLX
+    instantiated a graph since the launch before, else "U"."""
+    trace = read_trace(RUNS / "kernels" / "device-time-trace.tar.xz", "gemma4b")
+    out = []
+    for row in (r for r in trace.timing if r["run"] == 0):
+        launches, made = trace.within(row)
+        flags, last = "", 0.0
+        for entered, *_ in launches:
+            flags += "I" if any(last < a <= entered for a, _ in made) else "U"
+            last = entered
+        out.append(flags)
+    return out
+
+
+def test_gemma_3_4b_instantiates_the_graphs_mlx_instantiated() -> None:
+    """MLX keys a graph by its nodes' types and dependencies (``CommandEncoder::commit``): the third chunk meets 6 of
+    its 17 structures again, its sliding-window layers' as the second chunk cut them, and instantiates 11. kvsim's keys
+    give that launch for launch in all four chunks (the third: "UUUIIIIIIIIIUUIUI"); one node per op, they found 9 of
+    the third chunk's known and played it warm and deep."""
+    real = _mlx_instantiated()
+    assert _played(True)[1] == real
+    assert real[2] == "UUUIIIIIIIIIUUIUI"
+    assert _played(False)[1][2].count("U") > real[2].count("U")
