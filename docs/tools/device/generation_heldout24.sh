@@ -10,10 +10,10 @@ DEADLINE_S=${DEADLINE_S:-560}; GEN=gen24; source docs/tools/device/heldout_measu
 H8=docs/tools/device/heldout8; H9=docs/tools/device/heldout9; H11=docs/tools/device/heldout11
 for i in 1 2 3; do GEN=rep13 SPLIT=repeat m 40 pythia-160m 1024:2048:32; done
 m 70 $H9/gemma-3-4b-it.json 6144:2048:16
-m 80 $H9/gemma-3-4b-it.json 12288:2048:16
+m 90 gpt-oss-20b 4096:2048:16
 m 50 gemma-2-2b-it 6144:2048:16
 m 70 $H11/gemma-3-1b-it-4bit.json 8192:2048:16
-m 90 gpt-oss-20b 4096:2048:16
+m 80 $H9/gemma-3-4b-it.json 12288:2048:16
 m 50 gemma-3-1b-it 10240:2048:16
 m 40 pythia-160m 2048:2048:16
 m 50 $H8/qwen3-1.7b.json 10240:2048:16
