@@ -22,6 +22,7 @@ def rows(name: str) -> list[dict]:
 
 
 BEFORE_D = {
+    "model_mlx_nodes": False,
     "model_op_time": "sum", "model_device_bytes_per_s": 0.0, "model_device_dispatch_s": 0.0,
     "matmul_flops_per_s": 400e12, "model_host_malloc_bytes_per_s": 0.0, "model_graph_cache_scope": "first",
     "model_later_host": False, "model_later_host_node_s": 0.0, "model_later_host_kernel_s": 0.0,

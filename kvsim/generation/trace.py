@@ -110,8 +110,9 @@ class Trace:
     (``BackendProfile.model_op_time``)."""
     mlx_nodes: bool = False
     """CUDA graph nodes and copies as MLX's encoder makes them (``BackendProfile.model_mlx_nodes``): a pointer-batched
-    matmul's second kernel (``gemm_pointer_batched``), no copy of an empty concatenation input, and a primitive's own
-    copy of an input ``inline``, run right before it (``Array.inline``)."""
+    matmul's second kernel (``gemm_pointer_batched``), no copy of an empty concatenation input, a primitive's own copy
+    of an input ``inline``, run right before it (``Array.inline``), and a partial RoPE's copy of a split's part."""
+    view_readers: dict[int, int] = field(default_factory=dict)  # node -> views Python took of it (``_shared``)
     pending_args: list[list[tuple[int, Any, Any]]] = field(default_factory=list)  # compiled calls running
     unfused_attention_bytes: int = 0
     """The largest scores of a GPU attention its fused kernels do not serve (MLX's fallback graph), bytes."""
@@ -232,6 +233,7 @@ class Trace:
         return 1
 
     def view(self, src: int, out: mx.array, strides: Strides) -> int:
+        self.view_readers[src] = self.view_readers.get(src, 0) + 1
         return self.bind(out, self.graph.view("Transpose", src), strides)
 
 
@@ -281,7 +283,7 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     if base == "conv1d" and t.cpu and _conv1d_cpu(t, args, kwargs, ins, outs[0]):
         return
     if name in GPU_DONATING:
-        _gpu_donating(t, base, _arrays_first(args), ins, outs[0])
+        _gpu_donating(t, base, _arrays_first(args), ins, outs[0], _rope_dims(args, kwargs) if base == "rope" else 0)
         return
     if base in RESHAPES and ins:
         x = _arrays_first(args)
@@ -340,7 +342,23 @@ GPU_DONATING = frozenset({"fast.rms_norm", "fast.layer_norm", "fast.rope"})
 buffer when that is donatable, and else a new one with its strides."""
 
 
-def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.array) -> None:
+def _rope_dims(args: tuple, kwargs: dict) -> int:
+    """``mx.fast.rope``'s rotated dimensions (``dims``, its second argument)."""
+    return int(kwargs.get("dims", args[1] if len(args) > 1 else 0))
+
+
+def _shared(t: Trace, n: int) -> bool:
+    """Whether node ``n`` is a view of a buffer another view reads too (``mx.split``'s parts): MLX can donate none
+    of them (``array::is_donatable``: its data has other owners)."""
+    arrays = t.graph.arrays
+    while arrays[n].is_view and arrays[n].inputs:
+        n = arrays[n].inputs[0]
+        if t.view_readers.get(n, 0) > 1:
+            return True
+    return False
+
+
+def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.array, rope_dims: int = 0) -> None:
     """A GPU norm or RoPE (``RMSNorm::eval_gpu``, ``LayerNorm::eval_gpu``, ``RoPE::eval_gpu``, ``backend/cuda``;
     Metal's differ in detail, unmeasured): the output shares ``x``'s buffer where ``x`` is donatable, else it is
     allocated with ``x``'s strides. A norm reads rows whose last two strides are packed, else it copies ``x``
@@ -352,6 +370,10 @@ def _gpu_donating(t: Trace, base: str, x: mx.array, ins: list[int], out: mx.arra
         kept = x.ndim <= 4 or row_contiguous(x.shape, st)
     else:
         kept = dense(x.shape, st) and st[-1:] in ((1,), ()) and (x.ndim < 2 or st[-2] in (0, x.shape[-1]))
+    if kept and t.mlx_nodes and 0 < rope_dims < x.shape[-1] and _shared(t, ins[0]):
+        # a partial rotation of an input it cannot donate: copied whole into the output, rotated there (rope.cu)
+        t.op(base, ins, out, strides=row_major(x.shape), kernels=2)
+        return
     if not kept:
         ins = [t.internal("Copy", [ins[0]], x.shape, x.dtype, inline=True), *ins[1:]]
         st = row_major(x.shape)
