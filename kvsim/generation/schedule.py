@@ -222,10 +222,13 @@ class Player:
     """Per played eval, the command buffers it instantiated (new structures; 0 where no graph cache is played)."""
     later: BackendProfile = field(init=False)
     """The profile a process's evals after its first play under (``BackendProfile.later_evals``)."""
+    first: BackendProfile = field(init=False)
+    """The profile its first eval plays under (``BackendProfile.first_eval``)."""
 
     def __post_init__(self) -> None:
         self.carry = CarriedCache(self.profile)
         self.later = self.profile.later_evals()
+        self.first = self.profile.first_eval()
         if graph_cache_scope(self.profile):
             self.graph_cache = GraphCache()
 
@@ -261,7 +264,7 @@ class Player:
         cache = self.graph_cache if not self.evals or graph_cache_scope(self.profile) == "generation" else None
         state = EvalState(commit_nodes=None if self.commits is None else [], graph_cache=cache)
         seen = len(cache.seen) if cache is not None else 0
-        run_eval(ev.graph, leaves, buffers, self.later if self.evals else self.profile, state)
+        run_eval(ev.graph, leaves, buffers, self.later if self.evals else self.first, state)
         self.instantiated.append(len(cache.seen) - seen if cache is not None else 0)
         if self.commits is not None:
             self.commits.append(state.commit_nodes)

@@ -171,6 +171,7 @@ class BackendProfile:
     model_later_host_node_s: float = 0.0  # model_later_host: the host's seconds per graph node
     model_later_host_kernel_s: float = 0.0  # model_later_host: the host's seconds per kernel launch
     model_later_host_sdpa_s: float = 0.0  # model_later_host: the host's seconds more per fused attention call (CUDA: cuDNN's cached graph updated and added to MLX's as a child graph, DnnGraph::encode_graph in backend/cuda/cudnn_utils.cpp; fitted on traced warm chunks' launch gaps)
+    model_first_eval_later_host: bool = False  # whole-model graphs, model_later_host: a process's first eval runs on that host too (its costs per view, kernel and fused attention; its allocations still at model_host_malloc_bytes_per_s), not on host_node_s and host_kernel_s (CUPTI: pythia-160m's cold and warm passes encode alike, 22-30 us a node, against a device done in half a buffer's encoding)
     model_later_host_low_factor: float = 1.0  # model_later_host: the range's low end (earliest frees) plays that host with its times multiplied by this (> 1: slower)
     model_later_host_high_factor: float = 1.0  # model_later_host: the range's high end (latest frees) plays it with its times multiplied by this (< 1: faster)
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
@@ -236,6 +237,15 @@ class BackendProfile:
         return replace(self, host_node_s=self.model_later_host_node_s, host_kernel_s=self.model_later_host_kernel_s,
                        host_sdpa_s=self.model_later_host_sdpa_s, model_host_node_s=0.0, model_host_kernel_s=0.0,
                        host_malloc_bytes_per_s=0.0, model_host_malloc_bytes_per_s=0.0)
+
+    def first_eval(self) -> BackendProfile:
+        """The profile a process's first eval plays under: ``self``, or with the later host's costs per op where
+        ``model_first_eval_later_host`` is set (its allocations kept timed)."""
+        if not (self.model_first_eval_later_host and self.model_later_host):
+            return self
+        later = self.later_evals()
+        return replace(self, host_node_s=later.host_node_s, host_kernel_s=later.host_kernel_s,
+                       host_sdpa_s=later.host_sdpa_s)
 
     def floor_variant(self) -> BackendProfile:
         """The profile whose frees land as early as MLX's command buffers allow: the device takes no
