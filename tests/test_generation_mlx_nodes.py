@@ -222,3 +222,25 @@ def test_the_shipped_profile_remakes_the_twenty_fifth_sets_predictions() -> None
                   stored["max_tokens"], prefill_step_size=stored["prefill_step_size"]), "mlx-cuda")
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+
+
+def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
+    """Eight one-chunk prompts (each its process's first eval), predicted before they were measured under the shipped
+    profile and with the first eval on the later host's costs per op class (``model_first_eval_later_host``, candidate
+    F, which had brought pythia-160m's 2K run inside): both 8 of 8, but F's points lie lower (point median 5.9% against
+    3.0%, max 14.6% against 11.4%), so it stays off."""
+    runs = rows("heldout26.jsonl")
+    errors = {}
+    for rule in ("", "-f"):
+        stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout26{rule}.jsonl")}
+        pairs = [(r, stored[r["name"], r["prompt_tokens"]]) for r in runs]
+        assert len(pairs) == 8 and all(p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"] for r, p in pairs)
+        errors[rule] = sorted(abs(p["peak_bytes"] / r["peak_bytes"] - 1) for r, p in pairs)
+    assert sum(errors[""][3:5]) / 2 < 0.031 < 0.058 < sum(errors["-f"][3:5]) / 2
+    assert not load_profile("mlx-cuda").model_first_eval_later_host
+    stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "pythia-160m")
+    f = replace(load_profile("mlx-cuda"), model_first_eval_later_host=True)
+    got = predict(build_model(load_model_config("pythia-160m")), Workload(stored["prompt_tokens"], stored["max_tokens"],
+                  prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=f)
+    assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
+        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
