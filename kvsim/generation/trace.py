@@ -209,9 +209,8 @@ class Trace:
         if flops and math.isfinite(per_flop):
             arithmetic = int(flops * per_flop + self.kernel_call_bytes.get(key, 0.0))
             moved = max(moved, arithmetic) if self.roofline else moved + arithmetic
-        n = self.graph.op(prim, inputs, nbytes, kernels=self.kernels(prim, inputs) if kernels is None else kernels,
-                          work_bytes=moved,
-                          donors=donors)
+        kernels = self.kernels(prim, inputs) if kernels is None else kernels
+        n = self.graph.op(prim, inputs, nbytes, kernels=kernels, work_bytes=moved, donors=donors)
         return self.bind(out, n, strides or row_major(out.shape))
 
     @property
