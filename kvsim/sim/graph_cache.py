@@ -1,8 +1,10 @@
 """MLX's CUDA graph cache as a process's host meets it (``backend/cuda/device.cpp``, ``CommandEncoder::commit``).
 
 MLX keys a command buffer's CUDA graph by its structure alone: each node's type and which earlier nodes of the buffer
-it depends on (``graph_nodes_key_``, ``graph_deps_key_``), no kernels and no sizes. A structure met before in the
-process is updated in place (``cudaGraphExecUpdate``: 0.02-0.13 ms on average in the trace); a new one is instantiated.
+it depends on (``graph_nodes_key_``, ``graph_deps_key_``; a child graph's type is its own nodes' types and cluster
+widths, ``subgraph_to_key``), no kernels and no sizes. A structure met before in the process is updated in place
+(``cudaGraphExecUpdate``: 0.02-0.13 ms on average in the trace); a new one is instantiated. kvsim's keys take each op's
+nodes as MLX's encoder adds them (``BackendProfile.model_mlx_nodes``) but not what cuBLAS captures per shape.
 Traced with CUPTI on an H200 (``kernels/first-eval-trace.tar.xz``, ``docs/generation.md``, "CUDA: a first eval
 traced"), two in three instantiations that met graphs in flight returned only once the device had finished every one
 of them, then 0.5-2.5 ms later (31.6 ms with one graph in flight, 777.6 ms with 41); the third returned within 1.5 ms
