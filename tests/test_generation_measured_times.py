@@ -27,8 +27,14 @@ from kvsim.sim.graph import StepGraph
 from kvsim.sim.profile import BackendProfile, load_profile, overlay_profile
 
 ROOT = Path(__file__).resolve().parents[1]
+def _fields(candidate: dict[str, str | float]) -> dict[str, object]:
+    """A candidate's fields as its ``docs/tools/timing_study`` script passes them to ``--set`` (``"true"``/``"false"``
+    for a flag), as ``BackendProfile`` values."""
+    return {k: (v == "true") if v in ("true", "false") else v for k, v in candidate.items()}
+
+
 predict_b = load_tool(Path("timing_study/predict_b.py"))
-CANDIDATE_B = {k: (v == "true") if v in ("true", "false") else v for k, v in predict_b.B.items()}
+CANDIDATE_B = _fields(predict_b.B)
 """Candidate B's fields, as ``docs/tools/timing_study/predict_b.py`` sets them."""
 
 
@@ -46,10 +52,6 @@ def test_the_fields_remake_candidate_bs_held_out_predictions(name: str) -> None:
                 prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate_b())
     assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
-
-
-def _fields(candidate: dict[str, str | float]) -> dict[str, object]:
-    return {k: (v == "true") if v in ("true", "false") else v for k, v in candidate.items()}
 
 
 predict_d = load_tool(Path("timing_study/predict_d.py"))

@@ -32,12 +32,7 @@ def execution_order(arrays: Sequence[Array], outputs: Sequence[int], max_width: 
 def _with_inline(arrays: Sequence[Array], outputs: Sequence[int], max_width: int, inline: set[int]) -> list[int]:
     """The tape of the graph with ``inline`` arrays read through, each then placed right before its reader."""
     def through(ins: Sequence[int]) -> list[int]:
-        out: list[int] = []
-        for x in ins:
-            for y in (through(arrays[x].inputs) if x in inline else (x,)):
-                if y not in out:
-                    out.append(y)
-        return out
+        return [y for x in ins for y in (through(arrays[x].inputs) if x in inline else (x,))]
 
     inputs_of = [through(arr.inputs) if any(x in inline for x in arr.inputs) else arr.inputs for arr in arrays]
     tape: list[int] = []
