@@ -176,6 +176,7 @@ class BackendProfile:
     model_later_host_high_factor: float = 1.0  # model_later_host: the range's high end (latest frees) plays it with its times multiplied by this (< 1: faster)
     first_eval_point_share: float = 0.0  # whole-model graphs on a GPU: a peaking first eval's point, floor (0+) to fitted play (1); 0: off
     model_range_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a generation's range (fitted on train); 0: range_low_share
+    model_first_eval_low_share: float = 0.0  # whole-model graphs on a GPU: range_low_share of a range placed on a peaking first eval's point (kvsim.sim.peak_range.first_eval_range; first evals land on both sides of their fitted play: on the 374 stored runs 0.45-0.55 keep every one inside, 0.375 and 0.4 all but pythia-160m at 2K, 0.6 all but StableLM-2 at 2K); 0: the generation's
     process_baseline_bytes: int = 0  # resident bytes of a process that imported mlx.core and mlx_lm and ran one op; 0: not measured
     model_mlx_elements: bool = False  # whole-model graphs on a GPU: a command buffer counts its inputs' elements as MLX does (weights included, each of its own dtype); else bytes / 2
     model_waiting_gemms: bool = False  # whole-model graphs on a GPU: the host waits for a command buffer holding a float32 GEMM (measured)
