@@ -27,6 +27,7 @@ BEFORE_D = {
     "matmul_flops_per_s": 400e12, "model_host_malloc_bytes_per_s": 0.0, "model_graph_cache_scope": "first",
     "model_later_host": False, "model_later_host_node_s": 0.0, "model_later_host_kernel_s": 0.0,
     "model_later_host_sdpa_s": 0.0, "model_later_host_low_factor": 1.0, "model_later_host_high_factor": 1.0,
+    "model_first_eval_low_share": 0.0,
     **{f"quantized_matmul_{bits}bit_{rate}": 0.0 for bits in (4, 5, 6, 8) for rate in ("call_s", "flops_per_s")},
 }
 """The CUDA profile's whole-model fields before candidate D was shipped (2026-12-03): the model every held-out set up
@@ -41,3 +42,23 @@ def predicted(runs: list[dict], profile: BackendProfile | None = None) -> list[t
     """Each stored run beside kvsim's prediction of it: today's, or under ``profile``."""
     return [(row, predict(build_model(ModelConfig(row["config"], row["name"])), row_workload(row), "mlx-cuda",
                           profile=profile)) for row in runs]
+
+
+def paired(n: int, rule: str) -> dict[str, tuple[dict, dict]]:
+    """Held-out set ``n``'s eight runs beside a committed prediction of each (``rule``: the file's suffix), by config
+    and prompt."""
+    stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout{n}{rule}.jsonl")}
+    pairs = {f"{r['name'].split('/')[-1].removesuffix('.json')}:{r['prompt_tokens']}":
+             (r, stored[r["name"], r["prompt_tokens"]]) for r in rows(f"heldout{n}.jsonl")}
+    assert len(pairs) == 8
+    return pairs
+
+
+def outside(pairs: dict[str, tuple[dict, dict]]) -> list[str]:
+    """The keys of ``pairs`` whose run lies outside its predicted range."""
+    return [k for k, (r, p) in pairs.items() if not p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"]]
+
+
+def errors(pairs: dict[str, tuple[dict, dict]]) -> dict[str, float]:
+    """Each pair's point error, predicted over real, less one."""
+    return {k: p["peak_bytes"] / r["peak_bytes"] - 1 for k, (r, p) in pairs.items()}

@@ -14,7 +14,7 @@ from functools import cache
 
 import mlx.core as mx
 import pytest
-from cuda_runs import RUNS, rows
+from cuda_runs import RUNS, errors, outside, paired, rows
 from cupti_trace import read_trace
 
 from kvsim.generation.config import load_model_config
@@ -180,49 +180,32 @@ def test_first_evals_hold_mlxs_nodes(name: str, tokens: int) -> None:
     assert _first_commits(name, tokens, mlx_nodes=False)[0] != mlx
 
 
-def _paired(n: int, rule: str) -> dict[str, tuple[dict, dict]]:
-    """Held-out set ``n``'s eight runs beside a committed prediction of each (``rule``: the file's suffix), by config
-    and prompt."""
-    stored = {(p["name"], p["prompt_tokens"]): p for p in rows(f"predictions/heldout{n}{rule}.jsonl")}
-    pairs = {f"{r['name'].split('/')[-1].removesuffix('.json')}:{r['prompt_tokens']}":
-             (r, stored[r["name"], r["prompt_tokens"]]) for r in rows(f"heldout{n}.jsonl")}
-    assert len(pairs) == 8
-    return pairs
-
-
-def _out(pairs: dict[str, tuple[dict, dict]]) -> list[str]:
-    return [k for k, (r, p) in pairs.items() if not p["peak_low_bytes"] <= r["peak_bytes"] <= p["peak_high_bytes"]]
-
-
-def _errors(pairs: dict[str, tuple[dict, dict]]) -> dict[str, float]:
-    return {k: p["peak_bytes"] / r["peak_bytes"] - 1 for k, (r, p) in pairs.items()}
-
-
 def test_the_twenty_fourth_set_reads_as_it_was_predicted() -> None:
     """Eight prompts new to the stored runs, predicted before they were measured under D (shipped then) and under E (D
     with MLX's graph nodes, ``predictions/heldout24-e.jsonl``). D: 6 of 8 inside, out Gemma-3-4B at 6K (+19.1%) and
     pythia-160m at 2K (+37.5%). E: 7 of 8, Gemma-3-4B at 6K +5.4%; pythia-160m out as under D (its partial RoPE's
     copies, found in its graphs dumped after, were not in E yet)."""
-    d, e = _paired(24, ""), _paired(24, "-e")
-    assert _out(d) == ["gemma-3-4b-it:6144", "pythia-160m:2048"] and _out(e) == ["pythia-160m:2048"]
-    assert round(_errors(d)["gemma-3-4b-it:6144"], 3) == 0.191 and round(_errors(e)["gemma-3-4b-it:6144"], 3) == 0.054
+    d, e = paired(24, ""), paired(24, "-e")
+    assert outside(d) == ["gemma-3-4b-it:6144", "pythia-160m:2048"] and outside(e) == ["pythia-160m:2048"]
+    assert round(errors(d)["gemma-3-4b-it:6144"], 3) == 0.191 and round(errors(e)["gemma-3-4b-it:6144"], 3) == 0.054
 
 
 def test_the_twenty_fifth_set_reads_as_it_was_predicted() -> None:
     """Eight more prompts, predicted before they were measured under the shipped profile (E with a partial RoPE's
     copies, ``predictions/heldout25.jsonl``) and under D (``heldout25-d.jsonl``): E 8 of 8 inside, every error within
     10%; D 7 of 8, pythia-160m at 4K out (+31.0%; E +10.0%)."""
-    e, d = _paired(25, ""), _paired(25, "-d")
-    assert _out(e) == [] and _out(d) == ["pythia-160m:4096"]
-    assert max(map(abs, _errors(e).values())) < 0.101 and round(_errors(d)["pythia-160m:4096"], 3) == 0.310
+    e, d = paired(25, ""), paired(25, "-d")
+    assert outside(e) == [] and outside(d) == ["pythia-160m:4096"]
+    assert max(map(abs, errors(e).values())) < 0.101 and round(errors(d)["pythia-160m:4096"], 3) == 0.310
 
 
 def test_the_shipped_profile_remakes_the_twenty_fifth_sets_predictions() -> None:
     """StableLM-2-1.6B at 4K, where D and E differ (12.60 and 12.01 GB; the run 12.01): the shipped profile predicts
-    ``heldout25.jsonl``'s bytes."""
+    ``heldout25.jsonl``'s bytes, its first evals' ranges placed as they were then (0.375 below the point)."""
     stored = next(p for p in rows("predictions/heldout25.jsonl") if p["name"] == "stablelm-2-1_6b")
+    then = replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0)
     got = predict(build_model(load_model_config("stablelm-2-1_6b")), Workload(stored["prompt_tokens"],
-                  stored["max_tokens"], prefill_step_size=stored["prefill_step_size"]), "mlx-cuda")
+                  stored["max_tokens"], prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=then)
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
 
@@ -232,13 +215,13 @@ def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
     profile and with the first eval on the later host's costs per op class (``model_first_eval_later_host``, candidate
     F, which had brought pythia-160m's 2K run inside): both 8 of 8, but F's points lie lower (point median 5.9% against
     3.0%, max 14.6% against 11.4%), so it stays off."""
-    e, f = _paired(26, ""), _paired(26, "-f")
-    assert _out(e) == _out(f) == []
-    assert statistics.median(map(abs, _errors(e).values())) < 0.031 < 0.058 < statistics.median(
-        map(abs, _errors(f).values()))
+    e, f = paired(26, ""), paired(26, "-f")
+    assert outside(e) == outside(f) == []
+    assert statistics.median(map(abs, errors(e).values())) < 0.031 < 0.058 < statistics.median(
+        map(abs, errors(f).values()))
     assert not load_profile("mlx-cuda").model_first_eval_later_host
     stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "pythia-160m")
-    candidate = replace(load_profile("mlx-cuda"), model_first_eval_later_host=True)
+    candidate = replace(load_profile("mlx-cuda"), model_first_eval_later_host=True, model_first_eval_low_share=0.0)
     got = predict(build_model(load_model_config("pythia-160m")), Workload(stored["prompt_tokens"], stored["max_tokens"],
                   prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate)
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
