@@ -64,11 +64,12 @@ def test_a_peaking_first_eval_is_predicted_between_its_floor_and_its_fitted_play
         return [EvalPeak("prefill", 0, 0, int(x * 1e9), 0, 0) for x in gb]
 
     p = replace(load_profile("mlx-cuda"), first_eval_point_share=0.5)
-    fitted, early, late, floor = evals(12.0, 10.5), evals(11.0, 10.5), evals(15.0, 10.5), evals(10.0, 10.2)
+    fitted, early, late, floor = evals(12.0, 10.5), evals(11.0, 10.5), evals(15.0, 10.5), evals(9.0, 10.2)
     point, low, high = gpu_peak(p, fitted, early, late, floor)
-    assert point == int(11.0e9)  # 10 + 0.5 x (12 - 10)
+    assert point == int(10.5e9)  # 9 + 0.5 x (12 - 9)
     g = generation_profile(p)
-    assert low == int(11.0e9 / g.range_max_width**g.range_low_share) and low <= point <= high  # over 0.98 x 10e9
+    share = g.model_first_eval_low_share
+    assert low == int(10.5e9 / g.range_max_width**share) and low <= point <= high  # over 0.98 x 9e9
     assert high == int(low * g.range_max_width)
     reached = gpu_peak(p, fitted, early, late, evals(10.9, 10.2))[1]
     assert reached == int(10.9e9 * (1 - p.range_floor_margin))  # the floor's reach lifts the window

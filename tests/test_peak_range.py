@@ -125,15 +125,18 @@ def test_floor_margin_moves_the_gpu_range_up() -> None:
 
 
 def test_a_first_eval_range_is_placed_on_its_point() -> None:
-    """``first_eval_range``: the window of ``range_max_width`` with ``range_low_share`` of it below the point,
-    whatever the plays' spread; a floor whose reach lies above that low end lifts the window, width kept."""
+    """``first_eval_range``: the window of ``range_max_width`` with ``model_first_eval_low_share`` of it below the
+    point (the CUDA profile's 0.5: centred; unset, the generation's ``range_low_share``), whatever the plays' spread;
+    a floor whose reach lies above that low end lifts the window, width kept."""
     from kvsim.generation.schedule import generation_profile
     from kvsim.sim.peak_range import first_eval_range
 
     p = generation_profile(load_profile("mlx-cuda"))
-    width, share, margin = p.range_max_width, p.range_low_share, p.range_floor_margin
+    width, share, margin = p.range_max_width, p.model_first_eval_low_share, p.range_floor_margin
     low, high = first_eval_range(p, 13.40, 11.43)
     assert low == pytest.approx(13.40 / width**share) and high == pytest.approx(low * width)
-    assert low < 13.40 < high and share == 0.375  # the generation's share, as a later eval's range takes it
+    assert share == 0.5 and 13.40 / low == pytest.approx(high / 13.40)  # centred on the point
+    low, _ = first_eval_range(replace(p, model_first_eval_low_share=0.0), 13.40, 11.43)
+    assert low == pytest.approx(13.40 / width**0.375)  # the generation's share, as a later eval's range takes it
     low, high = first_eval_range(p, 13.40, 12.90)  # the floor's reach bounds the low end
     assert low == pytest.approx(12.90 * (1 - margin)) and high == pytest.approx(low * width) and low <= 13.40

@@ -20,6 +20,7 @@ B = {
     "model_later_host": "true", "model_later_host_node_s": 0.0, "model_later_host_kernel_s": 24e-6,
     "model_later_host_low_factor": 1.25, "model_later_host_high_factor": 0.8, "model_later_host_sdpa_s": 0.0,
     "model_mlx_nodes": "false",  # one graph node per op, as B and D were predicted (candidate E turns it on)
+    "model_first_eval_low_share": 0.0,  # a first eval's range 0.375 below its point, as B, D and E were predicted
     **{f"quantized_matmul_{b}bit_call_s": call_s / IN_GRAPH for b, (call_s, _) in GRID.items()},
     **{f"quantized_matmul_{b}bit_flops_per_s": rate * IN_GRAPH for b, (_, rate) in GRID.items()},
 }
