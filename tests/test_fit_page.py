@@ -41,6 +41,7 @@ def test_opens_on_a_verdict_chart_and_search_for_a_shipped_config() -> None:
     assert "Qwen3-0.6B at 2K tokens (+16 generated) fits this machine (" in sentence, sentence
     assert sentence.endswith(" to spare."), sentence
     assert [w.value for w in at.warning if "mlx-metal is an unverified profile" in w.value]
+    assert [c.value for c in at.caption if "Runs peak from " in c.value], "a GPU's range, as kvsim generate prints it"
     [chart] = at.get("vega_lite_chart")
     assert "GPU working set" in str(chart.proto.datasets) or "GPU working set" in chart.proto.spec
     longest = at.dataframe[0].value

@@ -95,6 +95,10 @@ class FitAnswer:
     """The process baseline counted in ``resident_bytes`` (the profile's; 0: not measured or not counted)."""
     notes: tuple[str, ...] = ()
     """``Prediction.notes``: where the prediction lies outside what measured runs support."""
+    low_bytes: int = 0
+    """The low end of the range a GPU run peaks in (``Prediction.peak_low_bytes``); 0 where frees are synchronous."""
+    high_bytes: int = 0
+    """Its high end (``Prediction.peak_high_bytes``); 0 where frees are synchronous."""
 
 
 # ---- the model -------------------------------------------------------------------------------------
@@ -148,7 +152,8 @@ def answer(request: FitRequest) -> FitAnswer:
     return FitAnswer(model_label(config, request.model), _layers(config), pred.peak_bytes, pred.weights_bytes,
                      pred.peak_kv_bytes, pred.transient_bytes, pred.kv_bytes, pred.peak_phase, pred.peak_offset,
                      v.status, v.fits, pred.resident_cache_bytes, v.resident_bytes, v.resident_fits,
-                     v.resident_bytes - pred.footprint_bytes, tuple(pred.notes))
+                     v.resident_bytes - pred.footprint_bytes, tuple(pred.notes), pred.peak_low_bytes or 0,
+                     pred.peak_high_bytes or 0)
 
 
 def peak(request: FitRequest) -> int:

@@ -148,8 +148,10 @@ def _verdict(request: fc.FitRequest, a: fc.FitAnswer) -> None:
     st.altair_chart(_chart(request, a), width="stretch", height=CHART_PX + 90)  # room for axis and legends
     *peak_parts, (cache_part, cache_n) = fc.breakdown(a)
     parts = ", ".join(f"{p} {fc.size(n)}" for p, n in peak_parts)
+    spread = (f" Runs peak from {fc.size(a.low_bytes)} to {fc.size(a.high_bytes)}: the GPU frees asynchronously."
+              if a.high_bytes else "")
     st.caption(f"Peak {fc.size(a.peak_bytes)} (mlx-lm's \"Peak memory\") in the {a.peak_phase} step at "
-               f"{fc.tokens(a.peak_offset)} tokens: {parts}. KV at the end {fc.size(a.final_kv_bytes)}. "
+               f"{fc.tokens(a.peak_offset)} tokens: {parts}.{spread} KV at the end {fc.size(a.final_kv_bytes)}. "
                f"{request.backend} profile, {a.layers} layers. The {cache_part} segment, {fc.size(cache_n)}, is "
                "what MLX's freed buffers kept for reuse add above the peak at most (not in the peak; mlx-lm "
                "clears them after each prefill chunk and every 256 generated tokens).")
