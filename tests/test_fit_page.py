@@ -102,3 +102,18 @@ def test_the_search_finds_the_longest_prompt_of_a_linear_peak_in_few_probes() ->
             known[n] = int(10e9 + 5e5 * n)
         best = max(n for n in range(0, 1 << 20, fc.STEP_TOKENS) if 10e9 + 5e5 * n <= limit)
         assert fc.longest(known, limit) == best and len(known) <= 5, sorted(known)
+
+
+def test_a_range_top_over_the_working_set_is_a_notice() -> None:
+    """pythia-160m at 2K on CUDA (point 0.90 GB, range 0.78-1.04): a GPU whose working set lies between the point and
+    the range's top fits the point, and the notice says a run may peak over it."""
+    from kvsim.generation.devices import mlx_device
+
+    gpu = mlx_device("tiny-gpu", int(1.0e9 / 0.95), "mlx-cuda")
+    req = fc.FitRequest("pythia-160m", None, Workload(2048, 16, prefill_step_size=2048), fc.MLX_LM, "mlx-cuda", gpu)
+    a = fc.answer(req)
+    assert a.fits and a.low_bytes < a.peak_bytes < gpu.working_set_bytes < a.high_bytes
+    [line] = [n for n in fc.notices(req, a) if "may peak up to" in n]
+    assert fc.size(a.high_bytes) in line and fc.size(gpu.working_set_bytes) in line
+    roomy = fc.FitRequest("pythia-160m", None, req.workload, fc.MLX_LM, "mlx-cuda", DEVICES["h100"])
+    assert not [n for n in fc.notices(roomy, fc.answer(roomy)) if "may peak up to" in n]

@@ -129,3 +129,16 @@ def test_tracing_leaves_mlx_and_compiled_mlx_lm_untouched():
     assert mx.array.__add__ is add
     after = model(tokens)
     assert mx.array_equal(before, after).item()
+
+
+def test_a_fitting_point_whose_range_tops_the_working_set_says_so(capsys):
+    """Llama-3.1-8B at 12K tokens on an RTX 4090: the point (20.9 GB) fits its 24.5 GB, the range's top (25.1) does
+    not, and the verdict says a run may peak over it."""
+    argv = ["generate", "--model", "llama-3.1-8b-instruct", "--prompt-tokens", "12288", "--max-tokens", "8",
+            "--device", "rtx-4090", "--no-search"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"]["fits"] and out["peak_bytes"] < out["verdict"]["working_set_bytes"] < out["peak_high_bytes"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"-> FITS\n  but a run may peak up to {out['peak_high_bytes'] / 1e9:.2f} GB" in text

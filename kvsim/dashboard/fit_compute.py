@@ -379,5 +379,9 @@ def notices(request: FitRequest, a: FitAnswer) -> list[str]:
         if beyond:
             out.append(f"Beyond the measured range of {r.runs} real {request.backend} generations: "
                        + " and ".join(beyond) + ".")
+    limit = request.device.working_set_bytes
+    if a.fits and a.high_bytes > limit:
+        out.append(f"The predicted peak fits, but a run may peak up to {size(a.high_bytes)} (the GPU frees "
+                   f"asynchronously), over the {size(limit)} GPU working set.")
     return out + list(a.notes)
 
