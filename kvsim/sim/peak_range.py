@@ -91,8 +91,8 @@ def first_eval_range(profile: BackendProfile, point: float, floor: float) -> tup
     puts ``model_first_eval_low_share`` of its width (in log terms) below the point (unset: ``range_low_share``, as
     every other generation's range does), its low end never under the eval's floor (``1 - range_floor_margin`` of
     it). A first eval lands anywhere from its floor (a host still building kernels and CUDA graphs lets the device
-    free each command buffer as it is committed) to past its fitted play, so its range is placed on the point, not on the plays' spread, and on both
-    sides of it: stored first evals peak 0.88-1.19 of their points (``docs/generation.md``, "CUDA: measured kernel
+    free each command buffer as it is committed) to past its fitted play, so its range is placed on the point, not
+    on the plays' spread, and on both sides of it: stored first evals peak 0.88-1.19 of their points (``docs/generation.md``, "CUDA: measured kernel
     rates and a process's first eval"; "CUDA: cold chunks"; "CUDA: a first eval's range centred on its point")."""
     share = profile.model_first_eval_low_share or profile.range_low_share
     low = max(floor * (1 - profile.range_floor_margin), point / profile.range_max_width**share)
