@@ -187,7 +187,7 @@ def _text(o: dict[str, Any]) -> str:
         v = o["verdict"]
         lines.append(f"device     {v['device']}: GPU working set {_gb(v['working_set_bytes'])}, MLX limit "
                      f"{_gb(v['memory_limit_bytes'])} -> {v['status'].upper()}")
-        if v["fits"] and o.get("peak_high_bytes", 0) > v["working_set_bytes"]:
+        if v["range_over_working_set"]:
             lines.append(f"  but a run may peak up to {_gb(o['peak_high_bytes'])} (the range's top), over the working set")
         lines.append(f"  resident {_gb(v['resident_bytes'])} of {_gb(v['memory_bytes'])} memory -> "
                      + ("fits" if v["resident_fits"] else "DOES NOT FIT")

@@ -99,6 +99,8 @@ class FitAnswer:
     """The low end of the range a GPU run peaks in (``Prediction.peak_low_bytes``); 0 where frees are synchronous."""
     high_bytes: int = 0
     """Its high end (``Prediction.peak_high_bytes``); 0 where frees are synchronous."""
+    range_over_working_set: bool = False
+    """``Verdict.range_over_working_set``: the peak fits, the top of its range does not."""
 
 
 # ---- the model -------------------------------------------------------------------------------------
@@ -153,7 +155,7 @@ def answer(request: FitRequest) -> FitAnswer:
                      pred.peak_kv_bytes, pred.transient_bytes, pred.kv_bytes, pred.peak_phase, pred.peak_offset,
                      v.status, v.fits, pred.resident_cache_bytes, v.resident_bytes, v.resident_fits,
                      v.resident_bytes - pred.footprint_bytes, tuple(pred.notes), pred.peak_low_bytes or 0,
-                     pred.peak_high_bytes or 0)
+                     pred.peak_high_bytes or 0, v.range_over_working_set)
 
 
 def peak(request: FitRequest) -> int:
@@ -379,9 +381,8 @@ def notices(request: FitRequest, a: FitAnswer) -> list[str]:
         if beyond:
             out.append(f"Beyond the measured range of {r.runs} real {request.backend} generations: "
                        + " and ".join(beyond) + ".")
-    limit = request.device.working_set_bytes
-    if a.fits and a.high_bytes > limit:
+    if a.range_over_working_set:
         out.append(f"The predicted peak fits, but a run may peak up to {size(a.high_bytes)} (the GPU frees "
-                   f"asynchronously), over the {size(limit)} GPU working set.")
+                   f"asynchronously), over the {size(request.device.working_set_bytes)} GPU working set.")
     return out + list(a.notes)
 

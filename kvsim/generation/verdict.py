@@ -43,6 +43,8 @@ class Verdict:
     most, plus the process baseline where that shares the memory (a Mac, the CPU)."""
     wired_bytes: int | None = None
     """Metal: the wired figure at most, ``min(footprint, working set)``; ``None`` elsewhere."""
+    high_bytes: int = 0
+    """The top of the range a GPU run peaks in (``Prediction.peak_high_bytes``); 0: no range given."""
 
     @property
     def resident_fits(self) -> bool:
@@ -51,6 +53,11 @@ class Verdict:
     @property
     def fits(self) -> bool:
         return self.status == FITS
+
+    @property
+    def range_over_working_set(self) -> bool:
+        """The peak fits, but the top of its range does not: a run may peak over the working set."""
+        return self.fits and self.high_bytes > self.device.working_set_bytes
 
     @property
     def headroom_bytes(self) -> int:
@@ -62,7 +69,7 @@ class Verdict:
         out = {"device": d.name, "working_set_bytes": d.working_set_bytes, "memory_limit_bytes": d.memory_limit_bytes,
                "status": self.status, "fits": self.fits, "headroom_bytes": self.headroom_bytes,
                "memory_bytes": d.memory_bytes, "resident_bytes": self.resident_bytes,
-               "resident_fits": self.resident_fits}
+               "resident_fits": self.resident_fits, "range_over_working_set": self.range_over_working_set}
         return out if self.wired_bytes is None else {**out, "wired_bytes": self.wired_bytes}
 
 
@@ -75,7 +82,8 @@ def verdict(peak_bytes: int, device: Device, pred: Prediction | None = None) -> 
     if pred is None:
         return Verdict(device, peak_bytes, status)
     return Verdict(device, peak_bytes, status, resident_on_device(pred, device),
-                   min(pred.footprint_bytes, device.working_set_bytes) if device.backend == "mlx-metal" else None)
+                   min(pred.footprint_bytes, device.working_set_bytes) if device.backend == "mlx-metal" else None,
+                   pred.peak_high_bytes or 0)
 
 
 def resident_on_device(pred: Prediction, device: Device) -> int:
