@@ -27,11 +27,17 @@ BEFORE_D = {
     "matmul_flops_per_s": 400e12, "model_host_malloc_bytes_per_s": 0.0, "model_graph_cache_scope": "first",
     "model_later_host": False, "model_later_host_node_s": 0.0, "model_later_host_kernel_s": 0.0,
     "model_later_host_sdpa_s": 0.0, "model_later_host_low_factor": 1.0, "model_later_host_high_factor": 1.0,
-    "model_first_eval_low_share": 0.0,
+    "model_first_eval_low_share": 0.0,  # as profile_before_centred
     **{f"quantized_matmul_{bits}bit_{rate}": 0.0 for bits in (4, 5, 6, 8) for rate in ("call_s", "flops_per_s")},
 }
 """The CUDA profile's whole-model fields before candidate D was shipped (2026-12-03): the model every held-out set up
 to the twenty-second was predicted under."""
+
+
+def profile_before_centred(**fields: object) -> BackendProfile:
+    """The shipped CUDA profile (with ``fields``) as it was before a first eval's range was centred on its point: 0.375
+    of it below the point, as held-out sets up to the twenty-sixth were predicted."""
+    return dataclasses.replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0, **fields)
 
 
 def profile_before_d() -> BackendProfile:

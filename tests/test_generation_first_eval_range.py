@@ -5,15 +5,14 @@ of their fitted play, so the range puts half its width below the point, where a 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
-from cuda_runs import errors, outside, paired, rows
+from cuda_runs import errors, outside, paired, profile_before_centred, rows
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import build_model
 from kvsim.generation.predict import Prediction, predict
 from kvsim.generation.schedule import Workload
-from kvsim.sim.profile import BackendProfile, load_profile
+from kvsim.sim.profile import BackendProfile
 
 
 def _predict(name: str, prompt_tokens: int, max_tokens: int, profile: BackendProfile | None = None) -> Prediction:
@@ -26,7 +25,7 @@ def test_pythia_at_2k_comes_inside_its_centred_range() -> None:
     bottom of 0.804-1.077): the centred range holds it, the point unchanged."""
     run = next(r for r in rows("heldout24.jsonl") if r["name"] == "pythia-160m")
     shipped = _predict("pythia-160m", 2048, run["max_tokens"])
-    before = _predict("pythia-160m", 2048, run["max_tokens"], replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0))
+    before = _predict("pythia-160m", 2048, run["max_tokens"], profile_before_centred())
     assert shipped.peak_bytes == before.peak_bytes
     assert before.peak_low_bytes > run["peak_bytes"]
     assert shipped.peak_low_bytes <= run["peak_bytes"] <= shipped.peak_high_bytes
@@ -55,8 +54,7 @@ def test_the_twenty_eighth_set_reads_as_it_was_predicted() -> None:
     assert outside(centred) == outside(before) == [] and max(map(abs, errors(centred).values())) < 0.023
     runs = rows("repeat14.jsonl")
     shipped = _predict("pythia-160m", 2048, runs[0]["max_tokens"])
-    then = _predict("pythia-160m", 2048, runs[0]["max_tokens"],
-                    replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0))
+    then = _predict("pythia-160m", 2048, runs[0]["max_tokens"], profile_before_centred())
     assert [shipped.peak_low_bytes <= r["peak_bytes"] <= shipped.peak_high_bytes for r in runs] == [False, True, True]
     assert [then.peak_low_bytes <= r["peak_bytes"] <= then.peak_high_bytes for r in runs] == [False, True, False]
     assert runs[0]["peak_bytes"] > 0.999 * shipped.peak_low_bytes  # under by 0.06%

@@ -14,7 +14,7 @@ from functools import cache
 
 import mlx.core as mx
 import pytest
-from cuda_runs import RUNS, errors, outside, paired, rows
+from cuda_runs import RUNS, errors, outside, paired, profile_before_centred, rows
 from cupti_trace import read_trace
 
 from kvsim.generation.config import load_model_config
@@ -203,7 +203,7 @@ def test_the_shipped_profile_remakes_the_twenty_fifth_sets_predictions() -> None
     """StableLM-2-1.6B at 4K, where D and E differ (12.60 and 12.01 GB; the run 12.01): the shipped profile predicts
     ``heldout25.jsonl``'s bytes, its first evals' ranges placed as they were then (0.375 below the point)."""
     stored = next(p for p in rows("predictions/heldout25.jsonl") if p["name"] == "stablelm-2-1_6b")
-    then = replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0)
+    then = profile_before_centred()
     got = predict(build_model(load_model_config("stablelm-2-1_6b")), Workload(stored["prompt_tokens"],
                   stored["max_tokens"], prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=then)
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
@@ -221,7 +221,7 @@ def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
         map(abs, errors(f).values()))
     assert not load_profile("mlx-cuda").model_first_eval_later_host
     stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "pythia-160m")
-    candidate = replace(load_profile("mlx-cuda"), model_first_eval_later_host=True, model_first_eval_low_share=0.0)
+    candidate = profile_before_centred(model_first_eval_later_host=True)
     got = predict(build_model(load_model_config("pythia-160m")), Workload(stored["prompt_tokens"], stored["max_tokens"],
                   prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate)
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
