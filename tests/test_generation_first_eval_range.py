@@ -20,41 +20,36 @@ def _predict(name: str, prompt_tokens: int, max_tokens: int, profile: BackendPro
                    "mlx-cuda", profile=profile)
 
 
-def test_pythia_at_2k_comes_inside_its_centred_range() -> None:
-    """The one stored run the range on the point missed (``heldout24``, pythia-160m at 2K: 0.787 GB, 2% under the
-    bottom of 0.804-1.077): the centred range holds it, the point unchanged."""
-    run = next(r for r in rows("heldout24.jsonl") if r["name"] == "pythia-160m")
-    shipped = _predict("pythia-160m", 2048, run["max_tokens"])
-    before = _predict("pythia-160m", 2048, run["max_tokens"], profile_before_centred())
-    assert shipped.peak_bytes == before.peak_bytes
-    assert before.peak_low_bytes > run["peak_bytes"]
-    assert shipped.peak_low_bytes <= run["peak_bytes"] <= shipped.peak_high_bytes
-    assert shipped.peak_high_bytes / shipped.peak_low_bytes <= 1.35
+def test_pythia_at_2k_and_its_repeats_come_inside() -> None:
+    """The stored run the range on the point missed (``heldout24``, pythia-160m at 2K: 0.787 GB, 2% under the bottom of
+    0.804-1.077) and its three repeats in fresh processes (``repeat14``: 0.775, 0.882, 0.794): since a biased linear's
+    arithmetic is counted over its input's last dimension (not its bias's, 4x too long in pythia's MLP), the point
+    is 0.853 GB (+8.4%, was +14.0%) and the range holds all four, centred or not."""
+    runs = [next(r for r in rows("heldout24.jsonl") if r["name"] == "pythia-160m"), *rows("repeat14.jsonl")]
+    for profile in (None, profile_before_centred()):
+        got = _predict("pythia-160m", 2048, runs[0]["max_tokens"], profile)
+        assert [got.peak_low_bytes <= r["peak_bytes"] <= got.peak_high_bytes for r in runs] == [True] * 4
+        assert got.peak_high_bytes / got.peak_low_bytes <= 1.35
+        assert 0.08 < got.peak_bytes / runs[0]["peak_bytes"] - 1 < 0.09
 
 
 def test_the_twenty_seventh_set_reads_as_it_was_predicted() -> None:
     """Eight one-chunk prompts (each its process's first eval), predicted before they were measured with the range
     centred (``predictions/heldout27.jsonl``) and with 0.375 of it below the point (``heldout27-e.jsonl``): the same
-    points, 8 of 8 inside both ways, every error within 14%; the shipped profile remakes the centred file."""
+    points, 8 of 8 inside both ways, every error within 14%; the shipped profile remakes the centred file where no
+    biased linear's arithmetic was counted over its bias (Llama-3.2-1B; pythia-160m's points fell since)."""
     centred, before = paired(27, ""), paired(27, "-e")
     assert outside(centred) == outside(before) == []
     assert errors(centred) == errors(before) and max(map(abs, errors(centred).values())) < 0.141
     assert 0.06 < statistics.median(map(abs, errors(centred).values())) < 0.07
-    stored = next(p for p in rows("predictions/heldout27.jsonl") if p["name"] == "pythia-160m")
-    got = _predict("pythia-160m", stored["prompt_tokens"], stored["max_tokens"])
+    stored = next(p for p in rows("predictions/heldout27.jsonl") if p["name"] == "llama-3.2-1b-instruct")
+    got = _predict("llama-3.2-1b-instruct", stored["prompt_tokens"], stored["max_tokens"])
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
 
 
 def test_the_twenty_eighth_set_reads_as_it_was_predicted() -> None:
     """Eight more one-chunk first evals, predicted both ways before they were measured: 8 of 8 inside both ways, every
-    error within 2.3%. pythia-160m's 2K prompt in three fresh processes (``repeat14``): the centred range holds two of
-    three, the range before one."""
+    error within 2.3%. The profile before centring still remakes candidate E's files (StableLM-2-1.6B's, heldout25)."""
     centred, before = paired(28, ""), paired(28, "-e")
     assert outside(centred) == outside(before) == [] and max(map(abs, errors(centred).values())) < 0.023
-    runs = rows("repeat14.jsonl")
-    shipped = _predict("pythia-160m", 2048, runs[0]["max_tokens"])
-    then = _predict("pythia-160m", 2048, runs[0]["max_tokens"], profile_before_centred())
-    assert [shipped.peak_low_bytes <= r["peak_bytes"] <= shipped.peak_high_bytes for r in runs] == [False, True, True]
-    assert [then.peak_low_bytes <= r["peak_bytes"] <= then.peak_high_bytes for r in runs] == [False, True, False]
-    assert runs[0]["peak_bytes"] > 0.999 * shipped.peak_low_bytes  # under by 0.06%

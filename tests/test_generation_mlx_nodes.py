@@ -220,9 +220,9 @@ def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
     assert statistics.median(map(abs, errors(e).values())) < 0.031 < 0.058 < statistics.median(
         map(abs, errors(f).values()))
     assert not load_profile("mlx-cuda").model_first_eval_later_host
-    stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "pythia-160m")
+    stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "llama-3.2-1b-instruct")
     candidate = profile_before_centred(model_first_eval_later_host=True)
-    got = predict(build_model(load_model_config("pythia-160m")), Workload(stored["prompt_tokens"], stored["max_tokens"],
+    got = predict(build_model(load_model_config("llama-3.2-1b-instruct")), Workload(stored["prompt_tokens"], stored["max_tokens"],
                   prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate)
     assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
         stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])

@@ -269,6 +269,19 @@ def _arrays_first(args: tuple) -> mx.array:
     return next(_arrays(args))
 
 
+def _matmul_flops(base: str, args: tuple, out: mx.array) -> int:
+    """Multiply-adds x 2 of a matmul-like call: each output element sums over the reduced dimension, the first
+    operand's last one, but for ``addmm(c, a, b)`` (``a``'s: ``c`` is the bias, ``nn.Linear`` with one) and a
+    convolution (the weight's window times its channels per group: ``(O, *window, C / groups)``, so a depthwise one
+    sums over its window alone)."""
+    arrays = list(_arrays(args))
+    if base == "addmm" and len(arrays) >= 3:
+        return 2 * out.size * arrays[1].shape[-1]
+    if base in ("conv1d", "conv_general") and len(arrays) >= 2:
+        return 2 * out.size * math.prod(arrays[1].shape[1:])
+    return 2 * out.size * arrays[0].shape[-1]
+
+
 def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     """Add the nodes of one intercepted call."""
     ins = [t.node(a) for a in (*_arrays(args), *_arrays(list(kwargs.values())))]
@@ -325,7 +338,7 @@ def _record(t: Trace, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         x = _arrays_first(args)
         st = t.strides(ins[0], x.shape)
         strides = st if dense(x.shape, st) and st[-1:] in ((1,), ()) else None
-    flops = 2 * outs[0].size * _arrays_first(args).shape[-1] if base in MATMULS else 0
+    flops = _matmul_flops(base, args, outs[0]) if base in MATMULS else 0
     donors = tuple(range(len(ins))) if elementwise else ()
     bits = (kwargs.get("bits") or 4) if base == "quantized_matmul" else None  # mx.quantized_matmul's default: 4
     ids = [t.op(base, ins, o, donors, flops, strides if len(outs) == 1 else None, bits=bits) for o in outs]
