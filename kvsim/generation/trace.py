@@ -270,10 +270,10 @@ def _arrays_first(args: tuple) -> mx.array:
 
 
 def _matmul_flops(base: str, args: tuple, out: mx.array) -> int:
-    """Multiply-adds x 2 of a matmul-like call: each output element sums over the reduced dimension, the first
-    operand's last one, but for ``addmm(c, a, b)`` (``a``'s: ``c`` is the bias, ``nn.Linear`` with one) and a
-    convolution (the weight's window times its channels per group: ``(O, *window, C / groups)``, so a depthwise one
-    sums over its window alone)."""
+    """Twice the multiply-adds of a matmul-like call: each output element sums over the reduced dimension, the first
+    operand's last one, but for ``addmm(c, a, b)`` (``a``'s: ``c`` is the bias; ``nn.Linear`` with one, ``ops.cpp``)
+    and a convolution (its weight's window times its channels per group, the weight being ``(O, *window, C / groups)``
+    in ``ops.cpp``'s ``conv_general``: a depthwise one sums over its window alone)."""
     arrays = list(_arrays(args))
     if base == "addmm" and len(arrays) >= 3:
         return 2 * out.size * arrays[1].shape[-1]
