@@ -1,7 +1,7 @@
 """A biased linear's and a convolution's arithmetic (``kvsim.generation.trace._matmul_flops``; ``docs/generation.md``,
 "CUDA: a biased linear's arithmetic, and a twenty-ninth held-out set"): ``addmm(bias, x, w.T)`` sums over ``x``'s
 last dimension, not the bias's, and a convolution over its window and channels per group. Counted over the bias,
-pythia-160m's MLP ran 4x too long on kvsim's device, and its first evals' points lay 2-21% over their runs."""
+pythia-160m's MLP ran 4x too long on kvsim's device, and its first evals' points lay 1.8-21.0% over their runs."""
 
 from __future__ import annotations
 
