@@ -7,10 +7,11 @@ import dataclasses
 import json
 
 from kvsim.core.paths import REPO_DATA_DIR
-from kvsim.generation.config import ModelConfig
+from kvsim.generation.config import ModelConfig, load_model_config
 from kvsim.generation.measure import row_workload
 from kvsim.generation.model import build_model
 from kvsim.generation.predict import Prediction, predict
+from kvsim.generation.schedule import Workload
 from kvsim.sim.profile import BackendProfile, load_profile
 
 RUNS = REPO_DATA_DIR / "generation" / "mlx-cuda-0.32.4"
@@ -38,6 +39,18 @@ def profile_before_centred(**fields: object) -> BackendProfile:
     """The shipped CUDA profile (with ``fields``) as it was before a first eval's range was centred on its point: 0.375
     of it below the point, as held-out sets up to the twenty-sixth were predicted."""
     return dataclasses.replace(load_profile("mlx-cuda"), model_first_eval_low_share=0.0, **fields)
+
+
+def remade(name: str, file: str, profile: BackendProfile | None = None,
+           prompt_tokens: int | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """kvsim's (point, low, high) under ``profile`` (default: shipped) beside a committed prediction's: the first row of
+    ``predictions/<file>`` for config ``name`` (and ``prompt_tokens``, where given)."""
+    stored = next(r for r in rows(f"predictions/{file}")
+                  if r["name"] == name and prompt_tokens in (None, r["prompt_tokens"]))
+    p = predict(build_model(load_model_config(name)), Workload(stored["prompt_tokens"], stored["max_tokens"],
+                prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=profile)
+    return ((p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes),
+            (stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"]))
 
 
 def profile_before_d() -> BackendProfile:

@@ -8,12 +8,8 @@ from __future__ import annotations
 import statistics
 
 import mlx.core as mx
-from cuda_runs import errors, outside, paired, rows
+from cuda_runs import errors, outside, paired, remade
 
-from kvsim.generation.config import load_model_config
-from kvsim.generation.model import build_model
-from kvsim.generation.predict import predict
-from kvsim.generation.schedule import Workload
 from kvsim.generation.trace import tracing
 
 
@@ -39,8 +35,5 @@ def test_the_twenty_ninth_set_reads_as_it_was_predicted() -> None:
     assert outside(fixed) == [] and outside(before) == ["pythia-160m:2560", "pythia-160m:3072"]
     assert max(map(abs, errors(fixed).values())) < 0.132 < 0.21 < max(errors(before).values())
     assert statistics.median(map(abs, errors(fixed).values())) < statistics.median(map(abs, errors(before).values()))
-    stored = next(p for p in rows("predictions/heldout29.jsonl") if p["prompt_tokens"] == 1664)
-    got = predict(build_model(load_model_config("pythia-160m")), Workload(stored["prompt_tokens"], stored["max_tokens"],
-                  prefill_step_size=stored["prefill_step_size"]), "mlx-cuda")
-    assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
-        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+    ours, stored = remade("pythia-160m", "heldout29.jsonl", prompt_tokens=1664)
+    assert ours == stored

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from cuda_runs import errors, outside, paired, profile_before_centred, rows
+from cuda_runs import errors, outside, paired, profile_before_centred, remade, rows
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.model import build_model
@@ -43,14 +43,12 @@ def test_the_twenty_seventh_set_reads_as_it_was_predicted() -> None:
     assert outside(centred) == outside(before) == []
     assert errors(centred) == errors(before) and max(map(abs, errors(centred).values())) < 0.141
     assert 0.06 < statistics.median(map(abs, errors(centred).values())) < 0.07
-    stored = next(p for p in rows("predictions/heldout27.jsonl") if p["name"] == "llama-3.2-1b-instruct")
-    got = _predict("llama-3.2-1b-instruct", stored["prompt_tokens"], stored["max_tokens"])
-    assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
-        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+    ours, stored = remade("llama-3.2-1b-instruct", "heldout27.jsonl")
+    assert ours == stored
 
 
 def test_the_twenty_eighth_set_reads_as_it_was_predicted() -> None:
     """Eight more one-chunk first evals, predicted both ways before they were measured: 8 of 8 inside both ways, every
-    error within 2.3%. The profile before centring still remakes candidate E's files (StableLM-2-1.6B's, heldout25)."""
+    error within 2.3%. (pythia-160m's 2K repeats in fresh processes: ``test_pythia_at_2k_and_its_repeats_come_inside``.)"""
     centred, before = paired(28, ""), paired(28, "-e")
     assert outside(centred) == outside(before) == [] and max(map(abs, errors(centred).values())) < 0.023

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from cuda_runs import rows
+from cuda_runs import remade
 from doc_tools import load_tool
 
-from kvsim.generation.config import load_model_config
-from kvsim.generation.model import build_model
-from kvsim.generation.predict import predict
-from kvsim.generation.schedule import Workload, generation_profile
+from kvsim.generation.schedule import generation_profile
 from kvsim.generation.trace import tracing
 from kvsim.sim.allocator import Allocator
 from kvsim.sim.eval_sim import Buffers, EvalState, run_eval
@@ -47,11 +44,8 @@ def test_the_fields_remake_candidate_bs_held_out_predictions(name: str) -> None:
     """``heldout22-b.jsonl`` was predicted by ``docs/tools/timing_study/predict_b.py``'s patches before the runs; kvsim
     with candidate B's fields predicts the same bytes (a quantized model's later chunks; a model whose attention MLX
     runs unfused)."""
-    stored = next(r for r in rows("predictions/heldout22-b.jsonl") if r["name"] == name)
-    p = predict(build_model(load_model_config(name)), Workload(stored["prompt_tokens"], stored["max_tokens"],
-                prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate_b())
-    assert (p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes) == (
-        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+    ours, stored = remade(name, "heldout22-b.jsonl", candidate_b())
+    assert ours == stored
 
 
 predict_d = load_tool(Path("timing_study/predict_d.py"))
@@ -76,28 +70,18 @@ def test_the_shipped_profile_is_candidate_e() -> None:
     assert generation_profile(p.variant("low")).host_malloc_bytes_per_s == p.host_malloc_bytes_per_s_low
 
 
-def _remade(name: str, file: str, fields: dict[str, object]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """A stored prediction's (point, low, high) and kvsim's under the shipped profile with ``fields``."""
-    stored = next(r for r in rows(f"predictions/{file}") if r["name"] == name)
-    profile = dataclasses.replace(load_profile("mlx-cuda"), **fields)
-    p = predict(build_model(load_model_config(name)), Workload(stored["prompt_tokens"], stored["max_tokens"],
-                prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=profile)
-    return ((p.peak_bytes, p.peak_low_bytes, p.peak_high_bytes),
-            (stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"]))
-
-
 @pytest.mark.parametrize("name", ["gemma-3-1b-it", "kvsim/data/configs/public/qwen3-4b-5bit.json"])
 def test_candidate_ds_fields_remake_its_held_out_predictions(name: str) -> None:
     """``heldout23-d.jsonl`` was predicted by ``predict_d.py`` before the runs; D's fields predict the same bytes (a
     small dense model's six chunks; a quantized one's three)."""
-    ours, stored = _remade(name, "heldout23-d.jsonl", CANDIDATE_D)
+    ours, stored = remade(name, "heldout23-d.jsonl", dataclasses.replace(load_profile("mlx-cuda"), **CANDIDATE_D))
     assert ours == stored
 
 
 def test_the_shipped_profile_remakes_candidate_es_held_out_prediction() -> None:
     """``heldout24-e.jsonl`` was predicted by ``predict_e.py`` before the runs; the shipped profile predicts the same
     bytes for Gemma-3-4B at 6K, the set's run where D and E differ most (D +19.1%, out; E +5.4%)."""
-    ours, stored = _remade("docs/tools/device/heldout9/gemma-3-4b-it.json", "heldout24-e.jsonl", {})
+    ours, stored = remade("docs/tools/device/heldout9/gemma-3-4b-it.json", "heldout24-e.jsonl")
     assert ours == stored
 
 

@@ -14,13 +14,12 @@ from functools import cache
 
 import mlx.core as mx
 import pytest
-from cuda_runs import RUNS, errors, outside, paired, profile_before_centred, rows
+from cuda_runs import RUNS, errors, outside, paired, profile_before_centred, remade
 from cupti_trace import read_trace
 
 from kvsim.generation.config import load_model_config
 from kvsim.generation.layout import collapse_batches, gemm_pointer_batched, row_major
 from kvsim.generation.model import build_model
-from kvsim.generation.predict import predict
 from kvsim.generation.schedule import Workload, record, replay
 from kvsim.generation.trace import tracing
 from kvsim.sim import graph_cache
@@ -202,12 +201,8 @@ def test_the_twenty_fifth_set_reads_as_it_was_predicted() -> None:
 def test_the_shipped_profile_remakes_the_twenty_fifth_sets_predictions() -> None:
     """StableLM-2-1.6B at 4K, where D and E differ (12.60 and 12.01 GB; the run 12.01): the shipped profile predicts
     ``heldout25.jsonl``'s bytes, its first evals' ranges placed as they were then (0.375 below the point)."""
-    stored = next(p for p in rows("predictions/heldout25.jsonl") if p["name"] == "stablelm-2-1_6b")
-    then = profile_before_centred()
-    got = predict(build_model(load_model_config("stablelm-2-1_6b")), Workload(stored["prompt_tokens"],
-                  stored["max_tokens"], prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=then)
-    assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
-        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+    ours, stored = remade("stablelm-2-1_6b", "heldout25.jsonl", profile_before_centred())
+    assert ours == stored
 
 
 def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
@@ -220,9 +215,6 @@ def test_the_twenty_sixth_set_keeps_the_first_evals_host() -> None:
     assert statistics.median(map(abs, errors(e).values())) < 0.031 < 0.058 < statistics.median(
         map(abs, errors(f).values()))
     assert not load_profile("mlx-cuda").model_first_eval_later_host
-    stored = next(p for p in rows("predictions/heldout26-f.jsonl") if p["name"] == "llama-3.2-1b-instruct")
-    candidate = profile_before_centred(model_first_eval_later_host=True)
-    got = predict(build_model(load_model_config("llama-3.2-1b-instruct")), Workload(stored["prompt_tokens"], stored["max_tokens"],
-                  prefill_step_size=stored["prefill_step_size"]), "mlx-cuda", profile=candidate)
-    assert (got.peak_bytes, got.peak_low_bytes, got.peak_high_bytes) == (
-        stored["peak_bytes"], stored["peak_low_bytes"], stored["peak_high_bytes"])
+    ours, stored = remade("llama-3.2-1b-instruct", "heldout26-f.jsonl",
+                          profile_before_centred(model_first_eval_later_host=True))
+    assert ours == stored
